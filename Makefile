@@ -1,0 +1,29 @@
+# Two entry points (see README "Quick start"); each creates .venv on first use.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: example test lint typecheck clean
+
+$(STAMP): pyproject.toml requirements-dev.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt -e '.[dev]'
+	touch $(STAMP)
+
+example: $(STAMP)
+	./scripts/example.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+test: $(STAMP) lint typecheck
+	$(BIN)/pytest -n 2 -q
+
+clean:
+	rm -rf $(VENV)

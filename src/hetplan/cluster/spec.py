@@ -1,0 +1,137 @@
+"""Resolved cluster description: device types, devices, links. All figures in SI units.
+
+These are the types every other package uses. The YAML file format (human units, catalog
+names) lives in :mod:`hetplan.cluster.config` and resolves into these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Default efficiency factors of the analytical roofline (overridable per device type).
+# Sources: large conv/GEMM kernels reach 50-70% of peak on V100/A100 (NVIDIA Deep Learning
+# Performance Guide, "GPU Performance Background"); whole-layer averages incl. small kernels
+# are lower. STREAM-like kernels reach ~80-90% of spec memory bandwidth (NVIDIA tuning guides).
+DEFAULT_COMPUTE_EFFICIENCY = 0.5  # dimensionless, achieved FLOP/s / peak FLOP/s
+DEFAULT_MEMORY_EFFICIENCY = 0.8  # dimensionless, achieved bytes/s / spec bytes/s
+# CUDA kernel launch + framework dispatch, ~5-10 us per op (PyTorch eager on GPUs; see
+# "Making Deep Learning Go Brrrr From First Principles", He 2022, overhead section).
+DEFAULT_KERNEL_OVERHEAD_S = 8e-6  # seconds per kernel
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceType:
+    """A kind of accelerator (or CPU) with its spec-sheet figures, in SI units."""
+
+    name: str
+    """Catalog name, e.g. ``V100-32GB``."""
+    peak_flops: dict[str, float]
+    """Peak dense FLOP/s per dtype (``fp32``, ``tf32``, ``fp16``, ``bf16``)."""
+    memory_bandwidth: float
+    """Device memory bandwidth, bytes/s."""
+    memory_bytes: float
+    """Device memory capacity, bytes."""
+    idle_power_w: float
+    """Power drawn when idle, watts."""
+    max_power_w: float
+    """Power at full load (TDP/TGP), watts."""
+    price_per_hour: float | None = None
+    """On-demand rental price, USD per hour, if known."""
+    compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
+    """Achieved fraction of peak FLOP/s for a layer's compute-bound part."""
+    memory_efficiency: float = DEFAULT_MEMORY_EFFICIENCY
+    """Achieved fraction of memory bandwidth for a layer's memory-bound part."""
+    kernel_overhead_s: float = DEFAULT_KERNEL_OVERHEAD_S
+    """Fixed cost per kernel launch (dispatch), seconds."""
+    source: str = ""
+    """Where the figures come from (spec sheet)."""
+
+    def flops(self, dtype: str) -> float:
+        """Peak FLOP/s for ``dtype``; fp16/bf16 fall back to fp32 where the device lacks them."""
+        if dtype in self.peak_flops:
+            return self.peak_flops[dtype]
+        return self.peak_flops["fp32"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """A communication channel: latency + size / bandwidth (one direction)."""
+
+    kind: str
+    """Catalog name or ``custom``."""
+    bandwidth: float
+    """Bytes per second, one direction."""
+    latency_s: float
+    """Seconds per message."""
+
+    def transfer_s(self, nbytes: float) -> float:
+        """Time to send ``nbytes`` over this link alone (alpha-beta model)."""
+        if nbytes <= 0:
+            return 0.0
+        return self.latency_s + nbytes / self.bandwidth
+
+
+@dataclass(frozen=True, kw_only=True)
+class Device:
+    """One device of the cluster."""
+
+    id: str
+    """Cluster-unique id, ``<node>.<index>`` (e.g. ``n0.3``)."""
+    type: DeviceType
+    node: str
+    """Name of the node that hosts it."""
+    index: int
+    """Index within its node."""
+    cpus: tuple[int, ...] | None = None
+    """CPU cores to pin a local process to (CPU clusters only)."""
+    speed: float = 1.0
+    """Fraction of the device type's throughput this device gets (e.g. 0.5 for a process
+    sharing one core with another). Scales compute time by 1/speed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """A resolved cluster: devices and the links between every pair."""
+
+    name: str
+    devices: tuple[Device, ...]
+    intra_links: dict[str, Link]
+    """Default link between two devices of the same node, by node name."""
+    pair_links: dict[tuple[str, str], Link] = field(default_factory=dict)
+    """Per-pair overrides, keyed by (device id, device id) sorted."""
+    network: dict[str, Link] = field(default_factory=dict)
+    """Each node's link to the inter-node network, by node name."""
+    collective_overhead_s: float = 0.0
+    """Fixed cost per collective call (negotiation, buffer set-up), seconds."""
+
+    def device(self, device_id: str) -> Device:
+        for d in self.devices:
+            if d.id == device_id:
+                return d
+        known = ", ".join(d.id for d in self.devices)
+        from hetplan.errors import InputError
+
+        raise InputError(f"unknown device id {device_id!r} in cluster {self.name!r}; known: {known}")
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for d in self.devices:
+            seen.setdefault(d.node, None)
+        return tuple(seen)
+
+    def link(self, a: str, b: str) -> Link:
+        """The link between devices ``a`` and ``b`` (``a != b``).
+
+        Inside a node: the pair override or the node's default. Between nodes: the slower of
+        the two nodes' network links, latencies added (one hop through the switch each side).
+        """
+        key = (a, b) if a < b else (b, a)
+        if key in self.pair_links:
+            return self.pair_links[key]
+        da, db = self.device(a), self.device(b)
+        if da.node == db.node:
+            return self.intra_links[da.node]
+        na, nb = self.network[da.node], self.network[db.node]
+        slow = na if na.bandwidth <= nb.bandwidth else nb
+        return Link(kind=slow.kind, bandwidth=slow.bandwidth, latency_s=na.latency_s + nb.latency_s)

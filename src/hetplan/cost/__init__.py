@@ -1,0 +1,1 @@
+"""Cost models: pure functions of numbers returning seconds, bytes and watts."""

@@ -1,0 +1,21 @@
+"""Named errors. Library code raises these; only the CLI turns them into exit codes."""
+
+
+class HetplanError(Exception):
+    """Base class of every error hetplan raises on purpose."""
+
+
+class InputError(HetplanError):
+    """Bad user input: a file, field or value that is not what was expected.
+
+    The message names the place (file, field path or value) and what was expected, in one line.
+    The CLI prints it and exits with status 2.
+    """
+
+
+class ModelError(InputError):
+    """A model that cannot be found, built or traced."""
+
+
+class InfeasibleError(HetplanError):
+    """A plan that cannot run (does not fit in memory, violates a limit); carries the numbers."""

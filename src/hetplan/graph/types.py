@@ -1,0 +1,89 @@
+"""The model graph: an ordered list of partitionable layers with their costs.
+
+Per-sample quantities (FLOPs, activation bytes, cut bytes) scale linearly with the batch;
+parameter quantities do not. Keeping them apart lets the planner price any micro-batch size
+from one trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerInfo:
+    """One partitionable layer (a module at the chosen depth, in execution order)."""
+
+    name: str
+    """Module FQN, e.g. ``layer1.0``."""
+    fwd_flops: float
+    """Forward FLOPs per sample (a multiply-add counts 2)."""
+    bwd_flops: float
+    """Backward FLOPs per sample (input and weight gradients)."""
+    params: int
+    """Trainable parameters owned by the layer."""
+    param_bytes: int
+    """Bytes of those parameters in the model dtype."""
+    param_tensor_bytes: tuple[int, ...] = ()
+    """Byte size of each parameter tensor, in registration order (PS sharding, DDP buckets)."""
+    out_bytes: int
+    """Bytes per sample of the layer's output activation."""
+    saved_bytes: int
+    """Bytes per sample kept by autograd for the backward pass (activations, not weights)."""
+    fwd_io_bytes: int
+    """Bytes per sample read and written by the forward kernels, excluding weights."""
+    bwd_io_bytes: int
+    """Bytes per sample read and written by the backward kernels, excluding weights."""
+    fwd_kernels: int = 0
+    """Number of forward operators (kernel launches) per pass."""
+    bwd_kernels: int = 0
+    """Number of backward operators per pass."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelGraph:
+    """A model as an ordered list of layers plus the bytes crossing every cut."""
+
+    name: str
+    """Zoo name or source of the model."""
+    input_shape: tuple[int, ...]
+    """Shape of one sample (without the batch dimension)."""
+    input_bytes: int
+    """Bytes per sample of the model input."""
+    dtype: str
+    """Parameter/activation dtype: fp32, fp16 or bf16."""
+    layers: tuple[LayerInfo, ...]
+    cut_bytes: tuple[int, ...]
+    """``cut_bytes[i]``: bytes per sample of all tensors crossing the cut after layer ``i``
+    (between ``layers[i]`` and ``layers[i + 1]``); ``len(layers) - 1`` entries."""
+    depth: int = 1
+    """Module depth the layers were taken at."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    """Anything the extractor could not attribute exactly (e.g. glue ops outside layers)."""
+
+    def __post_init__(self) -> None:
+        if len(self.cut_bytes) != max(len(self.layers) - 1, 0):
+            raise ValueError(
+                f"cut_bytes has {len(self.cut_bytes)} entries, expected {len(self.layers) - 1}"
+            )
+
+    @property
+    def total_params(self) -> int:
+        return sum(layer.params for layer in self.layers)
+
+    @property
+    def total_param_bytes(self) -> int:
+        return sum(layer.param_bytes for layer in self.layers)
+
+    @property
+    def total_fwd_flops(self) -> float:
+        """Forward FLOPs per sample."""
+        return sum(layer.fwd_flops for layer in self.layers)
+
+    def index(self, name: str) -> int:
+        for i, layer in enumerate(self.layers):
+            if layer.name == name:
+                return i
+        from hetplan.errors import InputError
+
+        raise InputError(f"layer {name!r} is not a layer of model {self.name!r}")
