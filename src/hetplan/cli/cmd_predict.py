@@ -1,7 +1,177 @@
-"""CLI commands (filled in by the issue that owns them)."""
+"""``hetplan predict``: time, memory, power and energy of one explicit plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
+from hetplan.cli.output import console, print_json
+from hetplan.cluster import load_cluster
+from hetplan.cost.compute import AnalyticalCompute
+from hetplan.errors import InputError
+from hetplan.graph import build_graph
+from hetplan.plan.types import ModelRef, Plan
+from hetplan.predict import DATASET_SIZES, Prediction, plan_from_options, predict
+from hetplan.schedule import format_grid
+from hetplan.serde import load_file
+from hetplan.units import fmt_bytes, fmt_seconds
+
+
+def _ints(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise InputError(f"{option}: expected comma-separated integers, got {text!r}") from None
+
+
+def _names(text: str | None) -> list[str] | None:
+    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _print(pred: Prediction) -> None:
+    ok = "[green]feasible[/]" if pred.feasible else "[red]feasible: false[/]"
+    console.print(f"{pred.strategy}: {ok}   cost source: {pred.cost_source}")
+    for reason in pred.infeasible_reasons:
+        console.print(f"  [red]does not fit[/] {reason}")
+    console.print(
+        f"iteration {fmt_seconds(pred.iteration_time_s)}   throughput "
+        f"{pred.samples_per_s:.1f} samples/s   batch {pred.global_batch} "
+        f"(micro-batches of {', '.join(map(str, sorted(set(pred.micro_batch_sizes))))})"
+    )
+    if pred.epoch_time_s is not None:
+        console.print(
+            f"epoch {fmt_seconds(pred.epoch_time_s)} ({pred.iterations_per_epoch} iterations), "
+            f"{(pred.energy_j_per_epoch or 0.0) / 3.6e6:.3f} kWh"
+        )
+    money = "" if pred.dollars_per_epoch is None else f"   ${pred.dollars_per_epoch:.2f}/epoch"
+    console.print(
+        f"power {pred.power_w:.0f} W   energy {pred.energy_j_per_iteration:.1f} J/iteration   "
+        f"EDP {pred.edp:.4g} J*s (per {pred.edp_basis}){money}"
+    )
+    console.print(
+        f"bubble {100 * pred.bubble_fraction:.1f}%   exposed communication "
+        f"{fmt_seconds(pred.exposed_comm_s)} per iteration (mean over devices)"
+    )
+    head = (
+        "device",
+        "type",
+        "role",
+        "memory",
+        "capacity",
+        "busy",
+        "power",
+        "compute",
+        "exposed comm",
+        "bubble",
+    )
+    rows = [head]
+    for d in pred.devices:
+        over = " !" if d.memory_bytes > d.memory_capacity_bytes else ""
+        rows.append(
+            (
+                d.id,
+                d.type,
+                d.role,
+                fmt_bytes(d.memory_bytes) + over,
+                fmt_bytes(d.memory_capacity_bytes),
+                f"{100 * d.busy_fraction:.1f}%",
+                f"{d.power_w:.0f} W",
+                fmt_seconds(d.compute_s),
+                fmt_seconds(d.exposed_comm_s),
+                fmt_seconds(d.bubble_s),
+            )
+        )
+    widths = [max(len(r[k]) for r in rows) for k in range(len(head))]
+    console.print("per device, per iteration (! = does not fit):")
+    for r in rows:
+        cells = [
+            c.ljust(w) if k < 3 else c.rjust(w)
+            for k, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        console.print("  " + "  ".join(cells), markup=False)
+    for note in pred.notes:
+        console.print(f"note: {note}")
+
+
+def predict_cmd(
+    cluster: Annotated[Path, typer.Option("--cluster", help="Cluster file (YAML or JSON).")],
+    model: Annotated[str | None, typer.Option("--model", help="Zoo name or file.py:fn.")] = None,
+    plan_file: Annotated[Path | None, typer.Option("--plan", help="Plan file (JSON).")] = None,
+    strategy: Annotated[str | None, typer.Option(help="dp|ps|gpipe|1f1b|pipedream|hybrid")] = None,
+    dp: Annotated[int | None, typer.Option(help="Data-parallel replicas (pipelines).")] = None,
+    pp: Annotated[int | None, typer.Option(help="Pipeline stages.")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree of every stage.")] = 1,
+    microbatches: Annotated[int | None, typer.Option(help="Micro-batches per replica.")] = None,
+    microbatch_size: Annotated[int | None, typer.Option(help="Samples per micro-batch.")] = None,
+    partition: Annotated[str | None, typer.Option(help="Layer indices where stages start.")] = None,
+    devices: Annotated[str | None, typer.Option(help="Cluster ids in stage order.")] = None,
+    batch: Annotated[int | None, typer.Option(help="Global batch (samples/iteration).")] = None,
+    dataset: Annotated[str | None, typer.Option(help="Input preset: mnist, cifar10, ...")] = None,
+    dataset_size: Annotated[int | None, typer.Option(help="Samples per epoch.")] = None,
+    optimizer: Annotated[str, typer.Option(help="sgd, momentum or adam.")] = "sgd",
+    sync: Annotated[str, typer.Option(help="hybrid: bsp or wsp.")] = "bsp",
+    staleness: Annotated[int, typer.Option(help="WSP staleness bound D.")] = 0,
+    ps_devices: Annotated[
+        str | None, typer.Option(help="ps: shard hosts (default: one on every worker).")
+    ] = None,
+    ps_async: Annotated[bool, typer.Option("--ps-async", help="Asynchronous PS.")] = False,
+    recompute: Annotated[
+        bool, typer.Option("--recompute", help="Activation recomputation.")
+    ] = False,
+    grid: Annotated[bool, typer.Option("--grid", help="Print the schedule grid.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Predict iteration/epoch time, throughput, memory, power, energy and EDP of one plan."""
+    clus = load_cluster(cluster)
+    if plan_file is not None:
+        plan = load_file(Plan, plan_file)
+        ref = plan.model
+        if model is not None and model != ref.name:
+            raise InputError(f"--model {model!r} differs from the plan's model {ref.name!r}")
+    elif model is None or strategy is None:
+        raise InputError("give --plan FILE, or --model and --strategy to build a plan")
+    else:
+        ref = ModelRef(name=model, dataset=dataset)
+        plan = None
+    graph = build_graph(ref)
+    compute = AnalyticalCompute(dtype=ref.dtype)
+    if plan is None:
+        assert strategy is not None and model is not None
+        plan = plan_from_options(
+            graph,
+            clus,
+            model=ref,
+            strategy=strategy,
+            batch=batch,
+            dp=dp,
+            pp=pp,
+            tp=tp,
+            micro_batches=microbatches,
+            micro_batch_size=microbatch_size,
+            partition=_ints(partition, "--partition"),
+            devices=_names(devices),
+            optimizer=optimizer,
+            compute=compute,
+            sync=sync,
+            staleness=staleness,
+            ps_devices=_names(ps_devices),
+            ps_async=ps_async,
+            recompute=recompute,
+        )
+    size = dataset_size if dataset_size is not None else DATASET_SIZES.get(ref.dataset or "")
+    pred = predict(plan, graph, clus, compute, dataset_size=size)
+    if as_json:
+        print_json(pred.to_json())
+        return
+    _print(pred)
+    if grid:
+        console.print(format_grid(pred.timeline.schedule, pred.timeline.start), markup=False)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add ``predict`` to ``app``."""
+    app.command("predict")(predict_cmd)

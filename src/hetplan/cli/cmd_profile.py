@@ -1,7 +1,251 @@
-"""CLI commands (filled in by the issue that owns them)."""
+"""``hetplan profile`` (measured per-layer times) and ``hetplan profile-links`` (link figures)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import typer
+from rich.table import Table
+
+from hetplan.cli.output import console, print_json
+from hetplan.cluster.config import load_cluster, load_cluster_config, write_cluster_config
+from hetplan.errors import HetplanError, InputError
+from hetplan.profile.link_config import apply_report, benchmark_links
+from hetplan.profile.links import DEFAULT_SIZES, AllreduceResult, LinkBenchSettings, LinkReport
+from hetplan.profile.model import ProfileRequest, profile_model
+from hetplan.profile.store import save_profile, write_profile
+from hetplan.profile.types import Profile
+from hetplan.run.launch import launch_local
+from hetplan.serde import to_data
+from hetplan.units import fmt_bytes
+
+
+def _fail(err: HetplanError) -> typer.Exit:
+    print(f"hetplan: error: {err}", file=sys.stderr)
+    return typer.Exit(2)
+
+
+def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
+    """``"1,8,16"`` -> ``(1, 8, 16)``; None stays None."""
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise InputError(f"{what} {text!r}: expected comma-separated integers") from None
+    if not values or min(values) < 0:
+        raise InputError(f"{what} {text!r}: expected comma-separated non-negative integers")
+    return values
+
+
+def store_profile(profile: Profile, out: Path | None) -> Path:
+    """``--out x.json`` writes that file; any other ``--out`` is a store directory."""
+    if out is not None and out.suffix == ".json":
+        return write_profile(profile, out)
+    return save_profile(profile, out)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f}"
+
+
+def profile_table(profile: Profile) -> Table:
+    """Per-layer times at the largest batch (ms), with the fit that prices other sizes."""
+    big = profile.batches[-1]
+    title = (
+        f"{profile.model} on {profile.device_type} ({profile.device_name}), batch {big.batch}, "
+        f"{profile.dtype}, {profile.threads} thread(s); ms, median and p10-p90 of "
+        f"{profile.steps} steps; fit t(b) = a + k*b of fwd+bwd"
+    )
+    table = Table(title=title)
+    cols = ("layer", "fwd", "p10-p90", "bwd", "p10-p90", "fwd peak", "a", "k")
+    for i, col in enumerate(cols):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for t, fit in zip(big.layers, profile.fits, strict=True):
+        table.add_row(
+            t.name,
+            _ms(t.fwd.median_s),
+            f"{_ms(t.fwd.p10_s)}-{_ms(t.fwd.p90_s)}",
+            _ms(t.bwd.median_s),
+            f"{_ms(t.bwd.p10_s)}-{_ms(t.bwd.p90_s)}",
+            "-" if t.fwd_peak_bytes is None else fmt_bytes(t.fwd_peak_bytes),
+            _ms(fit.fwd.a_s + fit.bwd.a_s),
+            _ms(fit.fwd.k_s + fit.bwd.k_s),
+        )
+    fwd = sum(t.fwd.median_s for t in big.layers)
+    bwd = sum(t.bwd.median_s for t in big.layers)
+    table.add_row("sum of layers", _ms(fwd), "", _ms(bwd), "", "", "", "", style="bold")
+    o, st = big.other, big.step
+    table.add_row("other", _ms(o.median_s), f"{_ms(o.p10_s)}-{_ms(o.p90_s)}")
+    table.add_row("whole step", _ms(st.median_s), f"{_ms(st.p10_s)}-{_ms(st.p90_s)}")
+    return table
+
+
+def profile(
+    model: Annotated[str, typer.Argument(help="Zoo name, path/to/file.py:fn or pkg.mod:fn.")],
+    dataset: Annotated[str | None, typer.Option(help="mnist, cifar10, imagenet, highres.")] = None,
+    batch: Annotated[int, typer.Option(min=1, help="Largest batch (set: 1, B/2, B).")] = 16,
+    batches: Annotated[
+        str | None, typer.Option(help="Explicit batch sizes, e.g. 1,4,8 (overrides --batch).")
+    ] = None,
+    device: Annotated[str, typer.Option(help="cpu or cuda:N.")] = "cpu",
+    device_type: Annotated[
+        str | None,
+        typer.Option("--type", help="Device type to file it under (default: cpu / GPU name)."),
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="fp32, fp16 or bf16.")] = "fp32",
+    depth: Annotated[int | None, typer.Option(min=1, help="Module depth of the layers.")] = None,
+    threads: Annotated[
+        int | None, typer.Option(min=1, help="Intra-op threads (CPU default 1: one core).")
+    ] = None,
+    cpus: Annotated[str | None, typer.Option(help="Pin to these cores, e.g. 0 or 0,1.")] = None,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed warm-up steps.")] = 3,
+    steps: Annotated[int, typer.Option(min=1, help="Timed steps.")] = 10,
+    optimizer: Annotated[str, typer.Option(help="sgd, momentum, adam or none.")] = "sgd",
+    out: Annotated[
+        Path | None,
+        typer.Option(help="FILE.json, or a store directory (default $HETPLAN_PROFILE_DIR)."),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Measure forward and backward time of every layer on a local device and store it."""
+    try:
+        if threads is None and device == "cpu":
+            threads = 1  # the catalog's ``cpu`` type is one core
+        req = ProfileRequest(
+            model=model,
+            dataset=dataset,
+            batch=batch,
+            batch_sizes=parse_ints(batches, "--batches"),
+            device=device,
+            device_type=device_type,
+            dtype=dtype,
+            depth=depth,
+            threads=threads,
+            cpus=parse_ints(cpus, "--cpus"),
+            warmup=warmup,
+            steps=steps,
+            optimizer=optimizer,
+        )
+        result = profile_model(req)
+        path = store_profile(result, out)
+    except HetplanError as err:
+        raise _fail(err) from None
+    except (ValueError, OSError) as err:
+        raise _fail(InputError(str(err))) from None
+    if json_out:
+        data: dict[str, Any] = {"path": str(path), "profile": to_data(result)}
+        print_json(data)
+        return
+    console.print(profile_table(result))
+    for note in result.notes:
+        console.print(f"note: {note}")
+    console.print("other = whole step - sum of layers (loss, optimizer, glue between layers)")
+    console.print(f"profile stored in {path}")
+
+
+_SIZE_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``"1K,64K,4M"`` -> bytes (binary suffixes K, M, G; plain numbers are bytes)."""
+    out = []
+    for part in (p.strip().upper() for p in text.split(",") if p.strip()):
+        scale = _SIZE_SUFFIX.get(part[-1], 1)
+        digits = part[:-1] if part[-1] in _SIZE_SUFFIX else part
+        if not digits.isdigit() or int(digits) < 1:
+            raise InputError(f"--sizes {text!r}: expected sizes like 1024, 64K or 4M")
+        out.append(int(digits) * scale)
+    if not out:
+        raise InputError(f"--sizes {text!r}: expected at least one size")
+    return tuple(out)
+
+
+def _statistic(text: str) -> Literal["median", "p10"]:
+    if text == "median":
+        return "median"
+    if text == "p10":
+        return "p10"
+    raise InputError(f"--stat {text!r}: expected median or p10")
+
+
+def links_table(report: LinkReport, ids: list[str]) -> Table:
+    title = f"point-to-point, {report.backend}: t(S) = latency + S / bandwidth"
+    table = Table(title=f"{title}, fitted through the {report.statistic}")
+    for i, col in enumerate(("pair", "latency us", "bandwidth GB/s", "largest message")):
+        table.add_column(col, justify="left" if i == 0 else "right")
+    for p in report.pairs:
+        a, b = p.ranks
+        big = p.one_way[-1]
+        table.add_row(
+            f"{ids[a]} - {ids[b]}",
+            f"{p.latency_s * 1e6:.1f}",
+            f"{p.bandwidth / 1e9:.3f}",
+            f"{fmt_bytes(p.sizes[-1])} in {big.median_s * 1e6:.1f} us",
+        )
+    return table
+
+
+def allreduce_lines(ar: AllreduceResult) -> list[str]:
+    times = ", ".join(
+        f"{fmt_bytes(s)}: {t.median_s * 1e6:.1f} us"
+        for s, t in zip(ar.sizes, ar.times, strict=True)
+    )
+    bus = "-" if ar.bus_bandwidth is None else f"{ar.bus_bandwidth / 1e9:.3f} GB/s"
+    return [
+        f"allreduce on {ar.world_size} ranks (slowest rank, median): {times}",
+        f"fit: {ar.fit.a_s * 1e6:.1f} us + S x {ar.fit.k_s * 1e9:.4f} ns/B (ring bus bandwidth "
+        f"{bus}); ring latency terms {ar.ring_latency_s * 1e6:.1f} us -> collective overhead "
+        f"{ar.overhead_s * 1e6:.1f} us",
+    ]
+
+
+def profile_links(
+    cluster: Annotated[Path, typer.Option(help="Cluster file (one node) whose links to measure.")],
+    out: Annotated[Path, typer.Option(help="Cluster file to write (may be the same file).")],
+    sizes: Annotated[
+        str | None, typer.Option(help="Message sizes, e.g. 1K,64K,1M,4M (default 1K..4M).")
+    ] = None,
+    warmup: Annotated[int, typer.Option(min=0, help="Untimed repetitions per size.")] = 2,
+    iters: Annotated[int, typer.Option(min=1, help="Timed repetitions per size.")] = 10,
+    statistic: Annotated[
+        str, typer.Option("--stat", help="Fit through the median or p10 (busy machines).")
+    ] = "median",
+    allreduce: Annotated[bool, typer.Option(help="Also measure allreduce.")] = True,
+    timeout: Annotated[float, typer.Option(min=1, help="Bound on the whole run, seconds.")] = 300,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Measure every pair's latency and bandwidth and allreduce time; write them to a cluster
+    file (pair overrides and collective_overhead_us)."""
+    try:
+        settings = LinkBenchSettings(
+            sizes=parse_sizes(sizes) if sizes else DEFAULT_SIZES,
+            warmup=warmup,
+            iters=iters,
+            allreduce=allreduce,
+            statistic=_statistic(statistic),
+        )
+        config = load_cluster_config(cluster)
+        resolved = load_cluster(cluster)
+        report = benchmark_links(resolved, settings, launch_local, timeout_s=timeout)
+        write_cluster_config(out, apply_report(config, resolved, report))
+    except HetplanError as err:
+        raise _fail(err) from None
+    except (ValueError, OSError) as err:
+        raise _fail(InputError(str(err))) from None
+    if json_out:
+        print_json({"cluster": str(out), "report": to_data(report)})
+        return
+    console.print(links_table(report, [d.id for d in resolved.devices]))
+    if report.allreduce is not None:
+        for line in allreduce_lines(report.allreduce):
+            console.print(line)
+    console.print(f"wrote {out}")
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add ``profile`` and ``profile-links`` to ``app``."""
+    app.command("profile")(profile)
+    app.command("profile-links")(profile_links)

@@ -1,7 +1,103 @@
-"""CLI commands (filled in by the issue that owns them)."""
+"""``hetplan train``: execute a plan on this machine, measure it, compare with the prediction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.box import SIMPLE_HEAD
+from rich.table import Table
+
+from hetplan.cli.output import console, print_json
+from hetplan.cluster import load_cluster
+from hetplan.plan.types import Plan
+from hetplan.run.commands import torchrun_commands
+from hetplan.run.measure import Measurement, default_path, save_measurement, with_prediction
+from hetplan.run.model import source_for
+from hetplan.run.train import check_plan, measure_plan, predicted_iteration_s
+from hetplan.serde import load_file, to_data
+from hetplan.units import fmt_bytes, fmt_seconds
+
+
+def _print(m: Measurement, path: Path) -> None:
+    console.print(
+        f"{m.plan.strategy} on {len(m.ranks)} ranks: measured iteration "
+        f"{fmt_seconds(m.measured_iteration_s)} (median of {m.steps} steps after {m.warmup} "
+        f"warm-up; p10 {fmt_seconds(m.iteration_p10_s)}, p90 {fmt_seconds(m.iteration_p90_s)})"
+    )
+    if m.predicted_iteration_s is not None and m.relative_error is not None:
+        console.print(
+            f"predicted {fmt_seconds(m.predicted_iteration_s)} ({m.prediction_source}); "
+            f"relative error {100 * m.relative_error:+.1f}%"
+        )
+    else:
+        console.print(f"no prediction: {m.prediction_source}")
+    table = Table(box=SIMPLE_HEAD)
+    heads = ("rank", "device", "p.s", "step", "fwd", "bwd", "opt", "wait", "peak mem")
+    for col in heads:
+        table.add_column(col, justify="left" if col == "device" else "right", no_wrap=True)
+    for r in m.ranks:
+        table.add_row(
+            str(r.rank), r.device, f"{r.pipeline}.{r.stage}", fmt_seconds(r.step_s),
+            fmt_seconds(r.forward_s), fmt_seconds(r.backward_s), fmt_seconds(r.optimizer_s),
+            fmt_seconds(r.wait_s), fmt_bytes(r.peak_memory_bytes),
+        )  # fmt: skip
+    console.print(table)
+    console.print("p.s: pipeline.stage; wait: communication not hidden by compute + idle")
+    console.print(f"saved {path}")
+
+
+def _json(m: Measurement, path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "predicted_iteration_s": m.predicted_iteration_s,
+        "measured_iteration_s": m.measured_iteration_s,
+        "relative_error": m.relative_error,
+        "prediction_source": m.prediction_source,
+        "iteration_p10_s": m.iteration_p10_s,
+        "iteration_p90_s": m.iteration_p90_s,
+        "steps": m.steps,
+        "warmup": m.warmup,
+        "ranks": [to_data(r) for r in m.ranks],
+        "file": str(path),
+    }
+    return data
+
+
+def train_cmd(
+    plan_file: Annotated[Path, typer.Argument(help="Plan file (JSON), as written by plan.")],
+    cluster: Annotated[Path, typer.Option("--cluster", help="Cluster file (YAML or JSON).")],
+    steps: Annotated[int, typer.Option(help="Timed steps.")] = 10,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps, not timed.")] = 3,
+    out: Annotated[Path | None, typer.Option(help="Measurement file (JSON).")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds before the run is killed.")] = 600.0,
+    print_commands: Annotated[
+        bool, typer.Option("--print-commands", help="Print the torchrun command of each node.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Run a plan for real with torch.distributed; print measured vs predicted iteration time."""
+    plan = load_file(Plan, plan_file)
+    clus = load_cluster(cluster)
+    if print_commands:
+        cmds = torchrun_commands(
+            plan, clus, plan_path=plan_file, cluster_path=cluster, steps=steps, warmup=warmup,
+            out=out,
+        )  # fmt: skip
+        for line in cmds:
+            typer.echo(line)
+        return
+    check_plan(plan, clus, source_for(plan.model))
+    measured = measure_plan(plan, clus, steps=steps, warmup=warmup, timeout_s=timeout)
+    predicted, source = predicted_iteration_s(plan, clus)
+    measured = with_prediction(measured, predicted, source)
+    path = save_measurement(measured, out or default_path(plan))
+    if as_json:
+        print_json(_json(measured, path))
+    else:
+        _print(measured, path)
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app``."""
+    """Add ``train`` to ``app``."""
+    app.command("train")(train_cmd)

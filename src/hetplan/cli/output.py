@@ -8,7 +8,10 @@ from typing import Any
 
 from rich.console import Console
 
-console = Console(highlight=False, soft_wrap=True)
+WIDE = 160
+"""Columns when stdout is not a terminal (pipes, CI logs): rich would assume 80."""
+
+console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else WIDE)
 
 
 def print_json(data: Any) -> None:

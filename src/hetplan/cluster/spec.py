@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hetplan.errors import InputError
+
 # Default efficiency factors of the analytical roofline (overridable per device type).
 # Sources: large conv/GEMM kernels reach 50-70% of peak on V100/A100 (NVIDIA Deep Learning
 # Performance Guide, "GPU Performance Background"); whole-layer averages incl. small kernels
@@ -17,6 +19,12 @@ DEFAULT_MEMORY_EFFICIENCY = 0.8  # dimensionless, achieved bytes/s / spec bytes/
 # CUDA kernel launch + framework dispatch, ~5-10 us per op (PyTorch eager on GPUs; see
 # "Making Deep Learning Go Brrrr From First Principles", He 2022, overhead section).
 DEFAULT_KERNEL_OVERHEAD_S = 8e-6  # seconds per kernel
+# Fixed cost of one collective call (negotiation, buffer set-up, launch), seconds. nccl-tests
+# all_reduce_perf at 8 B - 1 KB takes ~6 us (2 H100, NVLS; NVIDIA/nccl#1259), ~25 us (NCCL's
+# own tuning estimate on H100 nodes; NVIDIA/nccl#1453) and ~54 us (8 RTX 3090 on PCIe;
+# NVIDIA/nccl#1439). Paper 003 (Horovod, MobileNetV2) finds this negotiation and buffer
+# allocation dominates small allreduces. Used by cluster files that do not set it.
+DEFAULT_COLLECTIVE_OVERHEAD_S = 30e-6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,14 +112,35 @@ class Cluster:
     collective_overhead_s: float = 0.0
     """Fixed cost per collective call (negotiation, buffer set-up), seconds."""
 
-    def device(self, device_id: str) -> Device:
-        for d in self.devices:
-            if d.id == device_id:
-                return d
-        known = ", ".join(d.id for d in self.devices)
-        from hetplan.errors import InputError
+    _by_id: dict[str, Device] = field(init=False, repr=False, compare=False)
+    _inter: dict[tuple[str, str], Link] = field(init=False, repr=False, compare=False)
 
-        raise InputError(f"unknown device id {device_id!r} in cluster {self.name!r}; known: {known}")
+    def __post_init__(self) -> None:
+        # Precomputed lookups: the simulator calls device() and link() in hot loops.
+        by_id: dict[str, Device] = {}
+        for d in self.devices:
+            if d.id in by_id:
+                raise InputError(f"cluster {self.name!r}: duplicate device id {d.id!r}")
+            by_id[d.id] = d
+        object.__setattr__(self, "_by_id", by_id)
+        inter: dict[tuple[str, str], Link] = {}
+        for na, la in self.network.items():
+            for nb, lb in self.network.items():
+                if na != nb:
+                    slow = la if la.bandwidth <= lb.bandwidth else lb
+                    lat = la.latency_s + lb.latency_s
+                    inter[(na, nb)] = Link(kind=slow.kind, bandwidth=slow.bandwidth, latency_s=lat)
+        object.__setattr__(self, "_inter", inter)
+
+    def device(self, device_id: str) -> Device:
+        """The device with id ``device_id`` (O(1))."""
+        d = self._by_id.get(device_id)
+        if d is None:
+            known = ", ".join(d.id for d in self.devices)
+            raise InputError(
+                f"unknown device id {device_id!r} in cluster {self.name!r}; known: {known}"
+            )
+        return d
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -121,17 +150,24 @@ class Cluster:
         return tuple(seen)
 
     def link(self, a: str, b: str) -> Link:
-        """The link between devices ``a`` and ``b`` (``a != b``).
+        """The link between devices ``a`` and ``b`` (``a != b``), in O(1).
 
-        Inside a node: the pair override or the node's default. Between nodes: the slower of
-        the two nodes' network links, latencies added (one hop through the switch each side).
+        Inside a node: the pair override or the node's default. Between nodes: the pair
+        override, else the slower of the two nodes' network links, latencies added (one hop
+        through the switch each side).
         """
         key = (a, b) if a < b else (b, a)
-        if key in self.pair_links:
-            return self.pair_links[key]
+        pair = self.pair_links.get(key)
+        if pair is not None:
+            return pair
         da, db = self.device(a), self.device(b)
         if da.node == db.node:
-            return self.intra_links[da.node]
-        na, nb = self.network[da.node], self.network[db.node]
-        slow = na if na.bandwidth <= nb.bandwidth else nb
-        return Link(kind=slow.kind, bandwidth=slow.bandwidth, latency_s=na.latency_s + nb.latency_s)
+            intra = self.intra_links.get(da.node)
+            if intra is None:
+                raise InputError(f"cluster {self.name!r}: node {da.node!r} has no intra-node link")
+            return intra
+        inter = self._inter.get((da.node, db.node))
+        if inter is None:
+            missing = da.node if da.node not in self.network else db.node
+            raise InputError(f"cluster {self.name!r}: node {missing!r} has no network link")
+        return inter

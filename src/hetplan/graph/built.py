@@ -46,4 +46,4 @@ class BuiltModel:
 
     @property
     def input_is_float(self) -> bool:
-        return self.input_dtype.is_floating_point
+        return bool(self.input_dtype.is_floating_point)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hetplan.errors import InputError
+
 
 @dataclass(frozen=True, kw_only=True)
 class LayerInfo:
@@ -84,6 +86,4 @@ class ModelGraph:
         for i, layer in enumerate(self.layers):
             if layer.name == name:
                 return i
-        from hetplan.errors import InputError
-
         raise InputError(f"layer {name!r} is not a layer of model {self.name!r}")

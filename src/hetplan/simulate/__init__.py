@@ -1,1 +1,6 @@
-"""hetplan.simulate."""
+"""Event-driven simulation of schedules: timelines, iteration time, per-device breakdown."""
+
+from hetplan.simulate.engine import compile_schedule, run_times, simulate
+from hetplan.simulate.timeline import DeviceTime, Op, Timeline, summarize
+
+__all__ = ["DeviceTime", "Op", "Timeline", "compile_schedule", "run_times", "simulate", "summarize"]

@@ -1,0 +1,156 @@
+"""Analytical per-layer compute cost: a roofline with named efficiency factors.
+
+Paper 000 prices a layer as core compute plus memory read/write time (bytes / bandwidth);
+a roofline takes the larger of the two instead, since on GPUs the two overlap within a
+kernel (Williams, Waterman & Patterson 2009, "Roofline"). Efficiencies and the per-kernel
+launch overhead come from the device type (``DeviceType.compute_efficiency``,
+``memory_efficiency``, ``kernel_overhead_s``), so a cluster file can override them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from hetplan.cluster.spec import Device
+from hetplan.cost.types import LayerCost
+from hetplan.graph.types import ModelGraph
+
+FloatArray = npt.NDArray[np.float64]
+
+# Backward touches the weights twice: it reads W to form the input gradient and writes the
+# weight gradient dW (same size). Gradient accumulation (grad += dW) would add a read.
+FWD_WEIGHT_PASSES = 1  # weight-sized memory passes in forward (read W)
+BWD_WEIGHT_PASSES = 2  # weight-sized memory passes in backward (read W, write dW)
+# Entries kept by one AnalyticalCompute instance before it starts over (bounds memory).
+CACHE_ENTRIES = 4096
+
+
+def roofline_time(
+    flops: float,
+    nbytes: float,
+    kernels: float,
+    *,
+    peak_flops: float,
+    memory_bandwidth: float,
+    compute_efficiency: float,
+    memory_efficiency: float,
+    kernel_overhead_s: float,
+) -> float:
+    """``max(F / (peak * eff_c), B / (bw * eff_m)) + kernels * overhead`` in seconds."""
+    compute = flops / (peak_flops * compute_efficiency)
+    memory = nbytes / (memory_bandwidth * memory_efficiency)
+    return max(compute, memory) + kernels * kernel_overhead_s
+
+
+def gpipe_compute_time(t_seq: float, stages: int, micro_batches: int) -> float:
+    """Paper 003 Eq. 6.1 (GPipe): ``T_seq (W + m - 1) / (W m)`` for ``W`` balanced stages and
+    ``m`` micro-batches, ``T_seq`` the sequential time of the whole batch: ``W - 1`` fill/drain
+    steps around ``m`` steps of ``T_seq / (W m)`` each."""
+    return t_seq * (stages + micro_batches - 1) / (stages * micro_batches)
+
+
+@dataclass(frozen=True)
+class _GraphArrays:
+    """Per-layer figures of a graph as arrays (built once per graph)."""
+
+    fwd_flops: FloatArray
+    bwd_flops: FloatArray
+    fwd_io: FloatArray
+    bwd_io: FloatArray
+    param_bytes: FloatArray
+    fwd_kernels: FloatArray
+    bwd_kernels: FloatArray
+
+    @classmethod
+    def of(cls, graph: ModelGraph) -> _GraphArrays:
+        def col(attr: str) -> FloatArray:
+            return np.array([float(getattr(layer, attr)) for layer in graph.layers])
+
+        return cls(
+            fwd_flops=col("fwd_flops"),
+            bwd_flops=col("bwd_flops"),
+            fwd_io=col("fwd_io_bytes"),
+            bwd_io=col("bwd_io_bytes"),
+            param_bytes=col("param_bytes"),
+            fwd_kernels=col("fwd_kernels"),
+            bwd_kernels=col("bwd_kernels"),
+        )
+
+
+class AnalyticalCompute:
+    """Roofline pricing of every layer (``ComputeModel`` with source ``analytical``).
+
+    Per layer and pass, for a micro-batch of ``b`` samples on device ``d``::
+
+        fwd = (max(b F_f / (P eff_c), (b IO_f + 1 W) / (BW eff_m)) + K_f o) / speed
+        bwd = (max(b F_b / (P eff_c), (b IO_b + 2 W) / (BW eff_m)) + K_b o) / speed
+
+    with ``P`` the peak FLOP/s for ``dtype``, ``W`` the layer's parameter bytes (forward
+    reads the weights once; backward reads them and writes their gradients), ``K`` kernels,
+    ``o`` the per-kernel overhead, ``speed`` the device's share of its type.
+    Results are cached per (graph, device figures, batch): the planner asks for the same
+    pairs many times. Graphs are treated as immutable (they are frozen dataclasses).
+    """
+
+    def __init__(self, dtype: str = "fp32") -> None:
+        self.dtype = dtype
+        self._arrays: dict[int, tuple[ModelGraph, _GraphArrays]] = {}
+        self._costs: dict[tuple[object, ...], list[LayerCost]] = {}
+
+    def _graph_arrays(self, graph: ModelGraph) -> _GraphArrays:
+        # Keyed by id(); the graph is kept in the value so its id cannot be reused.
+        hit = self._arrays.get(id(graph))
+        if hit is None or hit[0] is not graph:
+            hit = (graph, _GraphArrays.of(graph))
+            self._arrays[id(graph)] = hit
+        return hit[1]
+
+    def layer_times(
+        self, graph: ModelGraph, device: Device, batch: int
+    ) -> tuple[FloatArray, FloatArray]:
+        """Forward and backward seconds of every layer as arrays (vectorised roofline)."""
+        t = device.type
+        a = self._graph_arrays(graph)
+        peak = t.flops(self.dtype) * t.compute_efficiency
+        bw = t.memory_bandwidth * t.memory_efficiency
+
+        def one(flops: FloatArray, io: FloatArray, passes: int, kernels: FloatArray) -> FloatArray:
+            compute = batch * flops / peak
+            memory = (batch * io + passes * a.param_bytes) / bw
+            out: FloatArray = (
+                np.maximum(compute, memory) + kernels * t.kernel_overhead_s
+            ) / device.speed
+            return out
+
+        fwd = one(a.fwd_flops, a.fwd_io, FWD_WEIGHT_PASSES, a.fwd_kernels)
+        bwd = one(a.bwd_flops, a.bwd_io, BWD_WEIGHT_PASSES, a.bwd_kernels)
+        return fwd, bwd
+
+    def layer_costs(self, graph: ModelGraph, device: Device, batch: int) -> list[LayerCost]:
+        """Cost of every layer of ``graph`` on ``device`` for a micro-batch of ``batch``."""
+        t = device.type
+        key = (
+            id(graph),
+            t.flops(self.dtype),
+            t.memory_bandwidth,
+            t.compute_efficiency,
+            t.memory_efficiency,
+            t.kernel_overhead_s,
+            device.speed,
+            batch,
+        )
+        hit = self._costs.get(key)
+        if hit is not None and self._arrays.get(id(graph), (None,))[0] is graph:
+            return list(hit)
+        fwd, bwd = self.layer_times(graph, device, batch)
+        costs = [
+            LayerCost(fwd_s=float(f), bwd_s=float(b), source="analytical")
+            for f, b in zip(fwd.tolist(), bwd.tolist(), strict=True)
+        ]
+        if len(self._costs) >= CACHE_ENTRIES:
+            self._costs.clear()
+        self._costs[key] = costs
+        return list(costs)

@@ -1,0 +1,230 @@
+"""Model -> :class:`ModelGraph`: trace one training step on the meta device.
+
+Figures are per sample: the step is traced at ``batch`` samples (2 by default, avoiding
+batch-1 special cases) and divided by it. Approximations:
+
+* ``fwd_io_bytes``/``bwd_io_bytes`` sum the bytes of every input and output tensor of every
+  non-view op (each read/write once, no cache reuse), excluding parameters, buffers and
+  parameter gradients (batch-independent traffic the cost model prices from ``param_bytes``).
+* attention (``scaled_dot_product_attention``) is traced as the fused flash kernel, which saves
+  no (T, T) score matrix; FLOPs count the full (non-causal) score matrix, as torch does.
+* ``saved_bytes`` is the storage size of each tensor autograd saves, excluding parameters,
+  counted once (in the first layer that saves it).
+* ops outside any layer (the loss, glue code in a custom ``forward``) belong to the layer that
+  ran last before them; so the loss is part of the last layer.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Protocol
+
+import torch
+from torch import nn
+
+from hetplan.errors import ModelError
+from hetplan.graph.built import BuiltModel
+from hetplan.graph.data import loss_function
+from hetplan.graph.resolve import resolve_model
+from hetplan.graph.trace import LayerStats, TraceState, trace_step
+from hetplan.graph.types import LayerInfo, ModelGraph
+
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+
+
+def select_layers(model: nn.Module, depth: int) -> list[tuple[str, nn.Module]]:
+    """Modules at ``depth`` (1 = the root's children); a module without children stays whole."""
+    if depth < 1:
+        raise ModelError(f"depth must be >= 1, got {depth}")
+    out: list[tuple[str, nn.Module]] = []
+
+    def walk(prefix: str, module: nn.Module, level: int) -> None:
+        children = list(module.named_children())
+        if level == depth or not children:
+            out.append((prefix, module))
+            return
+        for name, child in children:
+            walk(f"{prefix}.{name}" if prefix else name, child, level + 1)
+
+    walk("", model, 0)
+    return out
+
+
+class ModelRefLike(Protocol):
+    """What :func:`build_graph` reads from a :class:`hetplan.plan.types.ModelRef`."""
+
+    name: str
+    dataset: str | None
+    depth: int | None
+    dtype: str
+
+
+def build_graph(
+    model: str | ModelRefLike | BuiltModel,
+    dataset: str | None = None,
+    depth: int | None = None,
+    batch: int = 2,
+    dtype: str = "fp32",
+) -> ModelGraph:
+    """Extract the layer graph of ``model``: a name (zoo, ``file.py:fn``, ``pkg.mod:fn``), a
+    :class:`hetplan.plan.types.ModelRef` (its dataset/depth/dtype win over the arguments'
+    defaults) or a :class:`BuiltModel`. Results are cached per argument tuple."""
+    if isinstance(model, BuiltModel):
+        return _graph_of_built(model, depth, batch, dtype)
+    if not isinstance(model, str):  # a ModelRef (structural: graph sits below plan)
+        dataset = model.dataset if model.dataset is not None else dataset
+        depth = model.depth if model.depth is not None else depth
+        dtype = model.dtype or dtype
+        model = model.name
+    return _cached_graph(model, dataset, depth, batch, dtype)
+
+
+@functools.cache
+def _cached_graph(
+    name: str, dataset: str | None, depth: int | None, batch: int, dtype: str
+) -> ModelGraph:
+    return _graph_of_built(resolve_model(name, dataset), depth, batch, dtype)
+
+
+def trace_graph(
+    built: BuiltModel,
+    depth: int | None = None,
+    batch: int = 2,
+    dtype: str = "fp32",
+    dedup: bool = True,
+) -> ModelGraph:
+    """Uncached extraction of ``built``'s graph; ``dedup=False`` traces every identical layer
+    in full (slower, same figures: kept for checking the deduplication)."""
+    return _graph_of_built(built, depth, batch, dtype, dedup)
+
+
+def _graph_of_built(
+    built: BuiltModel, depth: int | None, batch: int, dtype: str, dedup: bool = True
+) -> ModelGraph:
+    if dtype not in DTYPES:
+        raise ModelError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+    if batch < 1:
+        raise ModelError(f"batch must be >= 1, got {batch}")
+    depth = built.default_depth if depth is None else depth
+    torch_dtype = DTYPES[dtype]
+    with torch.device("meta"):
+        try:
+            module = built.factory().to(torch_dtype)
+        except Exception as err:
+            raise ModelError(f"model {built.name!r}: building failed: {_one_line(err)}") from None
+    module.train()
+    named = select_layers(module, depth)
+    in_dtype = torch_dtype if built.input_is_float else built.input_dtype
+    inputs = torch.empty((batch, *built.input_shape), dtype=in_dtype, device="meta")
+    targets = _meta_targets(built, batch, torch_dtype)
+    try:
+        layers = [m for _, m in named]
+        state = trace_step(module, layers, inputs, loss_function(built), targets, dedup)
+    except Exception as err:
+        raise ModelError(f"model {built.name!r}: tracing failed: {_one_line(err)}") from None
+    return _assemble(
+        built=built,
+        module=module,
+        named=named,
+        state=state,
+        batch=batch,
+        dtype=dtype,
+        depth=depth,
+        inputs=inputs,
+    )
+
+
+def _meta_targets(built: BuiltModel, batch: int, dtype: torch.dtype) -> torch.Tensor:
+    dt = dtype if built.task == "regress" else torch.long
+    return torch.empty((batch, *built.target_shape), dtype=dt, device="meta")
+
+
+def _assemble(
+    *,
+    built: BuiltModel,
+    module: nn.Module,
+    named: list[tuple[str, nn.Module]],
+    state: TraceState,
+    batch: int,
+    dtype: str,
+    depth: int,
+    inputs: torch.Tensor,
+) -> ModelGraph:
+    notes: list[str] = []
+    ran = [named[pos] for pos in state.order]
+    skipped = [name for i, (name, _) in enumerate(named) if i not in state.order]
+    if state.reused:
+        again = ", ".join(named[pos][0] for pos in sorted(state.reused))
+        notes.append(f"called again after later layers (counted where it ran): {again}")
+    if skipped:
+        notes.append(f"never executed, left out: {', '.join(skipped)}")
+    owned = _param_owners(module, [m for _, m in ran], notes)
+    layers = tuple(
+        _layer_info(name, stats, owned[i], batch)
+        for i, ((name, _), stats) in enumerate(zip(ran, state.stats, strict=False))
+    )
+    return ModelGraph(
+        name=built.name,
+        input_shape=tuple(built.input_shape),
+        input_bytes=inputs.nbytes // batch,
+        dtype=dtype,
+        layers=layers,
+        cut_bytes=_cut_bytes(state, len(layers), batch),
+        depth=depth,
+        notes=tuple(notes),
+    )
+
+
+def _param_owners(
+    model: nn.Module, layers: list[nn.Module], notes: list[str]
+) -> list[list[torch.Tensor]]:
+    """Trainable parameters per layer; a shared tensor belongs to the first layer using it."""
+    seen: set[int] = set()
+    owned: list[list[torch.Tensor]] = []
+    for m in layers:
+        mine = [p for p in m.parameters() if p.requires_grad and id(p) not in seen]
+        seen.update(id(p) for p in mine)
+        owned.append(mine)
+    orphans = [p for p in model.parameters() if p.requires_grad and id(p) not in seen]
+    if orphans and owned:
+        owned[0].extend(orphans)
+        notes.append(f"{len(orphans)} parameter tensors outside every layer counted in the first")
+    return owned
+
+
+def _layer_info(name: str, st: LayerStats, params: list[torch.Tensor], batch: int) -> LayerInfo:
+    sizes = tuple(p.numel() * p.element_size() for p in params)
+    return LayerInfo(
+        name=name,
+        fwd_flops=st.fwd_flops / batch,
+        bwd_flops=st.bwd_flops / batch,
+        params=sum(p.numel() for p in params),
+        param_bytes=sum(sizes),
+        param_tensor_bytes=sizes,
+        out_bytes=math.ceil(max(st.out_bytes, 0) / batch),
+        saved_bytes=math.ceil(st.saved / batch),
+        fwd_io_bytes=math.ceil(st.fwd_io / batch),
+        bwd_io_bytes=math.ceil(st.bwd_io / batch),
+        fwd_kernels=st.fwd_kernels,
+        bwd_kernels=st.bwd_kernels,
+    )
+
+
+def _cut_bytes(state: TraceState, n: int, batch: int) -> tuple[int, ...]:
+    """Bytes of every tensor produced at or before layer ``i`` and used after it."""
+    cuts = [0] * max(n - 1, 0)
+    for key, last in state.last_use.items():
+        first = max(state.producer[key], 0)
+        for i in range(first, min(last, n - 1)):
+            cuts[i] += state.size[key]
+    return tuple(math.ceil(c / batch) for c in cuts)
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:300]}"

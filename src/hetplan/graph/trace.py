@@ -1,0 +1,305 @@
+"""One traced training step: per-op FLOPs, bytes, kernels, saved tensors and data flow.
+
+A :class:`TorchDispatchMode` sits on top of torch's ``FlopCounterMode`` and reads the counter
+before and after every aten op, so FLOP formulas are torch's own. Ops are attributed to the
+*layer* (a module at the chosen depth) that is running: forward by module pre-hooks, backward by
+gradient hooks on each layer's outputs (the gradient of layer ``i``'s output arrives just before
+layer ``i``'s backward runs). Ops outside any layer go to the layer that ran last before them
+(the first layer if none ran yet). Tensors are identified by their storage, so views count as
+uses of the tensor they view; every tensor seen is kept alive for the trace so storage
+addresses are not reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+
+from hetplan.graph.attention import fused_attention
+from hetplan.graph.dedup import Dedup, storage_key
+
+# Ops that only make metadata (no kernel, no memory traffic) besides true views.
+_NO_KERNEL = {torch.ops.aten._unsafe_view.default, torch.ops.aten.detach.default}
+_KERNEL: dict[Any, bool] = {}
+"""Per operator: does it launch a kernel (cached: looked up for every op traced)."""
+
+
+def _is_kernel(func: Any) -> bool:
+    kernel = _KERNEL.get(func)
+    if kernel is None:
+        kernel = _KERNEL[func] = not getattr(func, "is_view", False) and func not in _NO_KERNEL
+    return kernel
+
+
+def tensors(obj: Any) -> list[torch.Tensor]:
+    """Tensors in nested tuples, lists and dicts (aten op arguments), in order."""
+    out: list[torch.Tensor] = []
+    _collect(obj, out)
+    return out
+
+
+def _collect(obj: Any, out: list[torch.Tensor]) -> None:
+    if isinstance(obj, torch.Tensor):
+        out.append(obj)
+    elif isinstance(obj, tuple | list):
+        for x in obj:
+            _collect(x, out)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            _collect(x, out)
+
+
+_Desc = tuple[int, int, tuple[int, ...]]
+
+
+def _describe(ts: list[torch.Tensor]) -> list[_Desc]:
+    return [(storage_key(t), t.nbytes, tuple(t.shape)) for t in ts]
+
+
+@dataclass
+class LayerStats:
+    """Raw totals of one layer over the traced batch."""
+
+    fwd_flops: int = 0
+    bwd_flops: int = 0
+    fwd_io: int = 0
+    bwd_io: int = 0
+    fwd_kernels: int = 0
+    bwd_kernels: int = 0
+    saved: int = 0
+    out_bytes: int = -1
+
+
+@dataclass
+class TraceState:
+    """Everything the hooks and the dispatch mode record during one step."""
+
+    n_layers: int
+    excluded: set[int]
+    """Storage keys of parameters and buffers (weights are not activations)."""
+    order: list[int] = field(default_factory=list)
+    """Module-list positions in first-execution order."""
+    stats: list[LayerStats] = field(default_factory=list)
+    cur_fwd: int = 0
+    cur_bwd: int = 0
+    backward: bool = False
+    producer: dict[int, int] = field(default_factory=dict)
+    last_use: dict[int, int] = field(default_factory=dict)
+    size: dict[int, int] = field(default_factory=dict)
+    saved_keys: set[int] = field(default_factory=set)
+    reused: set[int] = field(default_factory=set)
+    """Module-list positions of layers called again after a later layer ran."""
+    stack: list[int] = field(default_factory=list)
+    bwd_ops: list[tuple[int, list[_Desc], list[_Desc]]] = field(default_factory=list)
+    """Backward kernels: (layer, inputs, outputs) as (storage key, bytes, shape)."""
+    weight_grads: set[int] = field(default_factory=set)
+    """Storage keys of parameter gradients (batch-independent; left out of the I/O bytes)."""
+    keep: list[torch.Tensor] = field(default_factory=list)
+    muted: bool = False
+    """Ops run unrecorded (a stand-in for an identical layer, see :mod:`dedup`)."""
+    watch: dict[int, int] | None = None
+    """While set: storage key -> largest bytes read of tensors from earlier layers."""
+
+    def __post_init__(self) -> None:
+        self.stats = [LayerStats() for _ in range(self.n_layers)]
+
+    def enter(self, pos: int) -> int:
+        """A layer's forward starts; returns the execution index its ops are attributed to.
+
+        A module called again after later layers ran (a shared ReLU, say) does not move
+        execution back: its ops stay with the layer that ran last, where they execute.
+        """
+        if pos not in self.order:
+            self.order.append(pos)
+            self.cur_fwd = len(self.order) - 1
+        elif self.order.index(pos) != self.cur_fwd:
+            self.reused.add(pos)
+        self.stack.append(self.cur_fwd)
+        return self.cur_fwd
+
+    def produce(self, ts: Iterable[torch.Tensor], layer: int) -> None:
+        for t in ts:
+            key = storage_key(t)
+            if key not in self.producer and key not in self.excluded:
+                self.producer[key] = layer
+                self.keep.append(t)
+
+    def record(self, func: Any, args: Any, out: Any, flops: int) -> None:
+        ins, outs = tensors(args), tensors(out)
+        kernel = _is_kernel(func)
+        if self.backward:
+            layer = self.cur_bwd
+            st = self.stats[layer]
+            st.bwd_flops += flops
+            if kernel:
+                st.bwd_kernels += 1
+                self.bwd_ops.append((layer, _describe(ins), _describe(outs)))
+            self.keep.extend(outs)
+            return
+        layer = self.cur_fwd
+        st = self.stats[layer]
+        st.fwd_flops += flops
+        keys = [storage_key(t) for t in ins]
+        if kernel:
+            st.fwd_kernels += 1
+            excluded = self.excluded
+            io = sum(t.nbytes for t, k in zip(ins, keys, strict=True) if k not in excluded)
+            st.fwd_io += io + sum(t.nbytes for t in outs if storage_key(t) not in excluded)
+        producer, watch = self.producer, self.watch
+        for t, key in zip(ins, keys, strict=True):
+            made = producer.get(key)
+            if made is not None:
+                self.last_use[key] = max(self.last_use.get(key, layer), layer)
+                self.size[key] = max(self.size.get(key, 0), t.nbytes)
+                if watch is not None and made < layer:
+                    watch[key] = max(watch.get(key, 0), t.nbytes)
+        self.produce(outs, layer)
+
+    def weight_grad(self, grad: torch.Tensor) -> None:
+        self.weight_grads.add(storage_key(grad))
+        self.keep.append(grad)
+
+    def finish_backward_io(self) -> None:
+        """Backward I/O bytes without parameter gradients.
+
+        Autograd hands a parameter hook the *total* gradient; partial gradients (a tied weight)
+        are summed, and totals copied, by ops whose inputs and outputs share that shape: such
+        neighbours are marked as parameter gradients too, until nothing changes.
+        """
+        skip = self.excluded | self.weight_grads
+        changed = True
+        while changed:
+            changed = False
+            for _, ins, outs in self.bwd_ops:
+                for group, other in ((ins, outs), (outs, ins)):
+                    shapes = {shape for key, _, shape in other if key in self.weight_grads}
+                    for key, _, shape in group:
+                        if shape in shapes and key not in skip:
+                            skip.add(key)
+                            self.weight_grads.add(key)
+                            changed = True
+        for layer, ins, outs in self.bwd_ops:
+            self.stats[layer].bwd_io += sum(n for key, n, _ in ins + outs if key not in skip)
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        key = storage_key(t)
+        if not self.backward and key not in self.excluded and key not in self.saved_keys:
+            self.saved_keys.add(key)
+            self.stats[self.cur_fwd].saved += t.untyped_storage().nbytes()
+            self.keep.append(t)
+        return t
+
+
+class _OpRecorder(TorchDispatchMode):  # type: ignore[misc]
+    def __init__(self, counter: FlopCounterMode, state: TraceState) -> None:
+        super().__init__()
+        self.counter = counter
+        self.state = state
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if self.state.muted:
+            return func(*args, **kwargs)
+        before = self.counter.get_total_flops()
+        out = func(*args, **kwargs)
+        self.state.record(func, (args, kwargs), out, self.counter.get_total_flops() - before)
+        return out
+
+
+def _hook_layers(layers: list[nn.Module], state: TraceState, dedup: Dedup | None) -> list[Any]:
+    handles = []
+    for pos, module in enumerate(layers):
+
+        def pre(_m: nn.Module, args: Any, kwargs: Any, pos: int = pos) -> None:
+            if dedup is not None:
+                dedup.before(pos, args, kwargs)
+            state.enter(pos)
+
+        def post(_m: nn.Module, args: Any, out: Any, pos: int = pos) -> None:
+            idx = state.stack.pop()
+            st = state.stats[idx]
+            outs = tensors(out)
+            if st.out_bytes < 0 and idx == state.order.index(pos):
+                st.out_bytes = sum(t.nbytes for t in outs)
+            for t in outs:
+                if t.requires_grad:
+                    t.register_hook(lambda _g, idx=idx: _set_bwd(state, idx))
+            if dedup is not None:
+                dedup.after(pos, idx, args, out)
+
+        handles.append(module.register_forward_pre_hook(pre, with_kwargs=True))
+        handles.append(module.register_forward_hook(post))
+    return handles
+
+
+def _set_bwd(state: TraceState, idx: int) -> None:
+    state.cur_bwd = idx
+
+
+def trace_step(
+    model: nn.Module,
+    layers: list[nn.Module],
+    inputs: torch.Tensor,
+    loss_fn: Any,
+    targets: torch.Tensor,
+    dedup: bool = True,
+) -> TraceState:
+    """Run forward, loss and backward once, recording per-layer figures.
+
+    ``state.stats[i]`` belongs to the ``i``-th layer *to execute*, which is
+    ``layers[state.order[i]]``. With ``dedup``, runs of identical layers are traced in part
+    (see :mod:`hetplan.graph.dedup`; same figures, less time).
+    """
+    if dedup:
+        state = _trace(model, layers, inputs, loss_fn, targets, True)
+        if state is not None:
+            return state
+    state = _trace(model, layers, inputs, loss_fn, targets, False)
+    assert state is not None  # only a deduplicated trace can be refused
+    return state
+
+
+def _trace(
+    model: nn.Module,
+    layers: list[nn.Module],
+    inputs: torch.Tensor,
+    loss_fn: Any,
+    targets: torch.Tensor,
+    dedup: bool,
+) -> TraceState | None:
+    excluded = {storage_key(t) for t in [*model.parameters(), *model.buffers()]}
+    state = TraceState(n_layers=len(layers), excluded=excluded)
+    state.produce([inputs], -1)
+    stand_ins = Dedup(state, layers) if dedup else None
+    if stand_ins is not None:
+        stand_ins.install()  # before our hooks: a module with hooks is never deduplicated
+    handles = _hook_layers(layers, state, stand_ins)
+    handles += [p.register_hook(state.weight_grad) for p in model.parameters() if p.requires_grad]
+    counter = FlopCounterMode(display=False)
+    try:
+        with (
+            counter,
+            _OpRecorder(counter, state),
+            fused_attention(),
+            torch.autograd.graph.saved_tensors_hooks(state.pack, lambda t: t),
+        ):
+            loss = loss_fn(model(inputs), targets)
+            state.backward = True
+            state.cur_bwd = max(len(state.order) - 1, 0)
+            if loss.requires_grad:
+                loss.backward()
+        state.finish_backward_io()
+    finally:
+        if stand_ins is not None:
+            stand_ins.remove()
+        for h in handles:
+            h.remove()
+    if stand_ins is not None and not stand_ins.finish():
+        return None
+    return state

@@ -1,0 +1,309 @@
+"""Candidate plans per strategy family, each with a quick screening estimate.
+
+The estimate is a closed form over the partitioner's stage times (fill + drain + steady state,
+plus an allreduce term), cheap enough to screen every device subset; the search then refines
+the micro-batch count of the best and runs the event-driven simulator on the best few of each
+family. Estimates never decide the final ranking.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from hetplan.cost.comm import (
+    allreduce_time,
+    ddp_buckets,
+    layer_tensor_bytes,
+    overlapped_allreduce_exposed,
+)
+from hetplan.cost.memory import framework_overhead_bytes
+from hetplan.graph.types import ModelGraph
+from hetplan.plan.context import Candidate, Context
+from hetplan.plan.devices import group_balanced, groups_by_node, pipeline_orders, split_batch
+from hetplan.plan.partition import Partition, PartitionInfeasible, equal_split
+from hetplan.plan.slots import partition_for
+from hetplan.plan.types import PipelinePlan, StagePlan, Strategy
+from hetplan.predict.memory import is_gpu
+
+MICROBATCH_FACTORS = (1, 2, 4)
+"""Micro-batches tried per pipeline, as multiples of its number of stages (GPipe: m >= 4S
+keeps the bubble (S-1)/(m+S-1) under ~20%, Huang et al. 2019); capped by the batch."""
+COARSE_FACTOR = 2
+"""Micro-batches per stage used when screening subsets, before refinement."""
+MAX_MICROBATCHES = 128
+"""Cap on micro-batches per replica (simulation cost grows with it; gains past it are tiny)."""
+RECOMPUTE_FACTOR = 4.0 / 3.0
+"""Recomputation redoes the forward (~1/3 of forward + backward): Chen et al. 2016, "Training
+Deep Nets with Sublinear Memory Cost"; a screening factor, the simulator prices it exactly."""
+MAX_PIPELINE_STAGES = 32
+"""Deepest single pipeline tried; deeper plans are hybrids of shorter pipelines."""
+
+
+def grad_bytes(graph: ModelGraph, start: int = 0, end: int | None = None) -> float:
+    return float(sum(layer.param_bytes for layer in graph.layers[start:end]))
+
+
+def dp_candidate(ctx: Context, devices: Sequence[str], *, equal: bool = False) -> Candidate | None:
+    """Data parallel; the batch split in proportion to device speed (or equally), with
+    gradient accumulation over the fewest micro-batches that fit in memory (None if none)."""
+    n = len(devices)
+    ref = max(1, ctx.batch // n)
+    weights = [1.0] * n if equal else [ctx.pricing.speed(d, ref) for d in devices]
+    shares = split_batch(ctx.batch, weights)
+    m = _accumulation(ctx, devices, shares)
+    if m is None:
+        return None
+    busy = {
+        d: m * ctx.pricing.step_time(d, math.ceil(b / m))
+        for d, b in zip(devices, shares, strict=True)
+    }
+    slowest = max(busy, key=busy.__getitem__)
+    exposed = _exposed_allreduce(ctx, devices, slowest, shares[list(devices).index(slowest)])
+    pipes = [
+        PipelinePlan(stages=[StagePlan(layers=ctx.layer_names, devices=[d])], batch=b)
+        for d, b in zip(devices, shares, strict=True)
+    ]
+    accumulate = f", {m} micro-batches" if m > 1 else ""
+    return Candidate(
+        family="dp",
+        label=f"dp x{n}" + (" equal batch" if equal else " batch by speed") + accumulate,
+        plan=ctx.plan("dp", pipes, micro_batches=m),
+        estimate=ctx.metrics(busy[slowest] + exposed, busy),
+        baseline="dp-equal" if equal else None,
+    )
+
+
+def _accumulation(ctx: Context, devices: Sequence[str], shares: Sequence[int]) -> int | None:
+    """Fewest micro-batches (a power of two) with which every replica fits in memory."""
+    synced = len(devices) > 1
+    m = 1
+    while m <= min(shares):
+        fits = True
+        for d, b in zip(devices, shares, strict=True):
+            dtype = ctx.pricing.cluster.device(d).type
+            layers = ctx.pricing.layer_mem(math.ceil(b / m), 1, ctx.optimizer, synced=synced)
+            need = framework_overhead_bytes(is_gpu(dtype)) + float(layers.sum())
+            if need > dtype.memory_bytes:
+                fits = False
+                break
+        if fits:
+            return m
+        m *= 2
+    return None
+
+
+def _exposed_allreduce(ctx: Context, devices: Sequence[str], slowest: str, batch: int) -> float:
+    """Gradient allreduce left after the slowest replica's backward (DDP buckets, overlap)."""
+    if len(devices) < 2:
+        return 0.0
+    _, bwd = ctx.pricing.layers(slowest, batch)
+    buckets = ddp_buckets(layer_tensor_bytes(ctx.graph.layers))
+    cluster = ctx.pricing.cluster
+    memo: dict[float, float] = {}
+
+    def allreduce(nbytes: float) -> float:
+        if nbytes not in memo:
+            memo[nbytes] = allreduce_time(nbytes, list(devices), cluster)
+        return memo[nbytes]
+
+    return overlapped_allreduce_exposed(list(bwd), buckets, allreduce)
+
+
+def ps_candidate(ctx: Context, devices: Sequence[str], dp: Candidate) -> Candidate:
+    """Synchronous parameter server, one shard per worker (co-located, balanced by size).
+
+    Screened with the data-parallel estimate: both move the gradients once per step; the
+    simulator prices the shards' real load.
+    """
+    plan = ctx.plan(
+        "ps",
+        dp.plan.pipelines,
+        micro_batches=dp.plan.micro_batches,
+        ps_devices=list(devices),
+        ps_assignment="size",
+    )
+    label = f"ps x{len(devices)} co-located shards"
+    return Candidate(family="ps", label=label, plan=plan, estimate=dp.estimate)
+
+
+def micro_counts(stages: int, batch: int) -> list[int]:
+    """Micro-batch counts worth trying for a pipeline of ``stages`` over ``batch`` samples."""
+    cap = max(min(stages, batch), min(batch, MAX_MICROBATCHES))
+    return sorted({min(batch, cap, f * stages) for f in MICROBATCH_FACTORS})
+
+
+def coarse_count(stages: int, batch: int) -> int:
+    return min(batch, max(min(stages, batch), min(MAX_MICROBATCHES, COARSE_FACTOR * stages)))
+
+
+def _stages(ctx: Context, part: Partition, devs: Sequence[str]) -> list[StagePlan]:
+    names = ctx.layer_names
+    return [
+        StagePlan(layers=names[i:j], devices=[devs[s]])
+        for (i, j), s in zip(part.stages, part.slots, strict=True)
+    ]
+
+
+def pipeline_candidates(
+    ctx: Context, devices: Sequence[str], strategies: Sequence[Strategy], *, orders: int = 2
+) -> list[Candidate]:
+    """Single pipelines over ``devices`` in up to ``orders`` stage orders (coarse count)."""
+    if len(devices) > MAX_PIPELINE_STAGES:
+        return []
+    speed = {d: ctx.pricing.speed(d, 1) for d in devices}
+    out = []
+    for order in pipeline_orders(ctx.pricing.cluster, devices, speed)[:orders]:
+        m = coarse_count(len(order), ctx.batch)
+        for strategy in strategies:
+            cand = pipeline_at(ctx, strategy, (tuple(order),), m)
+            if cand is not None:
+                out.append(cand)
+    return out
+
+
+def pipeline_at(
+    ctx: Context, strategy: Strategy, slots: tuple[tuple[str, ...], ...], m: int
+) -> Candidate | None:
+    """A pipelined candidate (single pipeline or hybrid) over ``slots`` with ``m`` micro-batches."""
+    if strategy == "hybrid":
+        return _hybrid_at(ctx, slots, m)
+    order = slots[0]
+    micro = math.ceil(ctx.batch / m)
+    recompute = False
+    try:
+        part = partition_for(ctx, (slots, (micro,)), strategy, m)
+    except PartitionInfeasible:
+        try:  # memory-short: keep only stage inputs, recompute the rest in backward
+            part = partition_for(ctx, (slots, (micro,)), strategy, m, recompute=True)
+        except PartitionInfeasible:
+            return None
+        recompute = True
+    redo = RECOMPUTE_FACTOR if recompute else 1.0
+    if strategy == "pipedream":
+        time_s = m * part.bottleneck * redo  # asynchronous: no flush, steady state
+    else:
+        time_s = (part.total_time + (m - 1) * part.bottleneck) * redo
+    busy = {order[s]: c * m * redo for s, c in zip(part.slots, part.compute_times, strict=True)}
+    plan = ctx.plan(
+        strategy,
+        [PipelinePlan(stages=_stages(ctx, part, order), batch=ctx.batch)],
+        micro_batches=m,
+        recompute=recompute,
+    )
+    return Candidate(
+        family=strategy,
+        label=f"{strategy} {part.num_stages} stages, {m} micro-batches"
+        + (", recompute" if recompute else ""),
+        plan=plan,
+        estimate=ctx.metrics(time_s, busy),
+        slots=slots,
+    )
+
+
+def refine(ctx: Context, cand: Candidate) -> list[Candidate]:
+    """The same slots with every other micro-batch count worth trying."""
+    if not cand.slots:
+        return []
+    stages = len(cand.slots[0])
+    batch = min(p.batch for p in cand.plan.pipelines)
+    out = []
+    for m in micro_counts(stages, batch):
+        if m != cand.plan.micro_batches:
+            other = pipeline_at(ctx, cand.plan.strategy, cand.slots, m)
+            if other is not None:
+                out.append(other)
+    return out
+
+
+def equal_pipeline(ctx: Context, devices: Sequence[str]) -> Candidate:
+    """Baseline: GPipe over the devices in cluster order with equal layer counts."""
+    n = min(len(devices), len(ctx.graph.layers))
+    m = min(ctx.batch, 4 * n, max(n, MAX_MICROBATCHES))
+    micro = math.ceil(ctx.batch / m)
+    names = ctx.layer_names
+    bounds = equal_split(len(names), n)
+    stages = [StagePlan(layers=names[i:j], devices=[devices[k]]) for k, (i, j) in enumerate(bounds)]
+    busy = {}
+    slowest = 0.0
+    fits = True
+    layer_mem = ctx.pricing.layer_mem(micro, m, ctx.optimizer)
+    for k, (i, j) in enumerate(bounds):
+        fwd, bwd = ctx.pricing.layers(devices[k], micro)
+        t = float(fwd[i:j].sum() + bwd[i:j].sum())
+        busy[devices[k]] = t * m
+        slowest = max(slowest, t)
+        dtype = ctx.pricing.cluster.device(devices[k]).type
+        need = framework_overhead_bytes(is_gpu(dtype)) + float(layer_mem[i:j].sum())
+        fits = fits and need <= dtype.memory_bytes
+    redo = 1.0 if fits else RECOMPUTE_FACTOR
+    time_s = (sum(v / m for v in busy.values()) + (m - 1) * slowest) * redo
+    plan = ctx.plan(
+        "gpipe",
+        [PipelinePlan(stages=stages, batch=ctx.batch)],
+        micro_batches=m,
+        recompute=not fits,
+    )
+    return Candidate(
+        family="gpipe",
+        label=f"gpipe {n} stages equal layers, {m} micro-batches" + ("" if fits else ", recompute"),
+        plan=plan,
+        estimate=ctx.metrics(time_s, busy),
+        baseline="equal-pipeline",
+    )
+
+
+def hybrid_candidates(ctx: Context, devices: Sequence[str]) -> list[Candidate]:
+    """Virtual workers (HetPipe): one per node, and balanced groups (Algorithm 2), screened at
+    the coarse micro-batch count."""
+    cluster = ctx.pricing.cluster
+    speed = {d: ctx.pricing.speed(d, 1) for d in devices}
+    groupings: list[list[list[str]]] = []
+    by_node = groups_by_node(cluster, devices)
+    if len(by_node) > 1 and len({len(g) for g in by_node}) == 1 and len(by_node[0]) > 1:
+        groupings.append(by_node)
+    n = len(devices)
+    for k in range(2, n // 2 + 1):
+        if n % k == 0 and n // k <= MAX_PIPELINE_STAGES:
+            groupings.append(group_balanced(devices, speed, k))
+    out = []
+    for groups in groupings:
+        slots = tuple(tuple(sorted(g, key=lambda d: (-speed[d], d))) for g in groups)
+        shares = _hybrid_shares(ctx, slots)
+        cand = _hybrid_at(ctx, slots, coarse_count(len(slots[0]), min(shares)))
+        if cand is not None:
+            out.append(cand)
+    return out
+
+
+def _hybrid_shares(ctx: Context, slots: tuple[tuple[str, ...], ...]) -> list[int]:
+    """Per-replica batch in proportion to the replica's summed device speed."""
+    return split_batch(ctx.batch, [sum(ctx.pricing.speed(d, 1) for d in g) for g in slots])
+
+
+def _hybrid_at(ctx: Context, slots: tuple[tuple[str, ...], ...], m: int) -> Candidate | None:
+    shares = _hybrid_shares(ctx, slots)
+    if m > min(shares):
+        return None
+    micro = tuple(math.ceil(b / m) for b in shares)
+    try:
+        part = partition_for(ctx, (slots, micro), "hybrid", m)
+    except PartitionInfeasible:
+        return None
+    pipe_time = part.total_time + (m - 1) * part.bottleneck
+    sync = max(
+        allreduce_time(grad_bytes(ctx.graph, i, j), [g[s] for g in slots], ctx.pricing.cluster)
+        for (i, j), s in zip(part.stages, part.slots, strict=True)
+    )
+    busy = {g[s]: c * m for g in slots for s, c in zip(part.slots, part.compute_times, strict=True)}
+    pipes = [
+        PipelinePlan(stages=_stages(ctx, part, g), batch=b)
+        for g, b in zip(slots, shares, strict=True)
+    ]
+    return Candidate(
+        family="hybrid",
+        label=f"hybrid {len(slots)} x {part.num_stages} stages, {m} micro-batches",
+        plan=ctx.plan("hybrid", pipes, micro_batches=m),
+        estimate=ctx.metrics(pipe_time + sync, busy),
+        slots=slots,
+    )

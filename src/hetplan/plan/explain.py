@@ -1,0 +1,79 @@
+"""Plain-language reasons for a ranking: what the winner gains, where baselines lose time."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from hetplan.cluster.spec import Cluster
+
+if TYPE_CHECKING:
+    from hetplan.plan.search import Ranked, Ranking
+
+
+def reasons(ranking: Ranking, cluster: Cluster) -> list[str]:
+    """Sentences explaining the winner, each carrying the numbers it rests on."""
+    if not ranking.ranked:
+        return []
+    best = ranking.best
+    out = [_versus_baselines(best, ranking)]
+    dp = ranking.baselines.get("dp-equal")
+    if dp is not None:
+        wait = _dp_wait(dp, cluster)
+        if wait:
+            out.append(wait)
+    left = _left_out(best, ranking, cluster)
+    if left:
+        out.append(left)
+    if ranking.rejected:
+        parts = ", ".join(f"{reason} ({n})" for reason, n in ranking.rejected.most_common())
+        out.append(f"rejected {sum(ranking.rejected.values())} candidates: {parts}")
+    return [s for s in out if s]
+
+
+def _versus_baselines(best: Ranked, ranking: Ranking) -> str:
+    parts = []
+    names = {"dp-equal": "data parallel (equal batch split)", "equal-pipeline": "equal-layer GPipe"}
+    for key, label in names.items():
+        base = ranking.baselines.get(key)
+        if base is not None and base is not best:
+            ratio = base.metrics.time_s / best.metrics.time_s
+            parts.append(f"{ratio:.2f}x the speed of {label}")
+    if not parts:
+        return f"{best.candidate.label} is the best plan"
+    return f"{best.candidate.label}: " + " and ".join(parts)
+
+
+def _dp_wait(dp: Ranked, cluster: Cluster) -> str:
+    busy: dict[str, list[float]] = defaultdict(list)
+    for dev in dp.prediction.devices:
+        busy[cluster.device(dev.id).type.name].append(dev.busy_fraction)
+    if len(busy) < 2:
+        return ""
+    mean = {t: sum(v) / len(v) for t, v in busy.items()}
+    slow = max(mean, key=mean.__getitem__)
+    fast = min(mean, key=mean.__getitem__)
+    idle = 1.0 - mean[fast]
+    return (
+        f"data parallel with an equal batch split waits on the {slow}s: "
+        f"the {fast}s idle {idle:.0%} of each step"
+    )
+
+
+def _left_out(best: Ranked, ranking: Ranking, cluster: Cluster) -> str:
+    used = set(best.candidate.plan.devices)
+    unused = [d for d in cluster.devices if d.id not in used]
+    if not unused:
+        return ""
+    bigger = [r for r in ranking.ranked if used < set(r.candidate.plan.devices)]
+    types = sorted({d.type.name for d in unused})
+    what = f"{', '.join(types)} ({len(unused)} device{'s' if len(unused) > 1 else ''}) left out"
+    if not bigger:
+        return f"{what}: no plan using them ranked better"
+    alt = min(bigger, key=lambda r: r.score)
+    gain = alt.metrics.samples_per_s / best.metrics.samples_per_s - 1.0
+    energy = alt.metrics.energy_j / best.metrics.energy_j - 1.0
+    return (
+        f"{what}: using them ({alt.candidate.label}) changes throughput by {gain:+.0%} "
+        f"and energy per step by {energy:+.0%}"
+    )

@@ -1,0 +1,74 @@
+"""Per-device layer cost arrays for the search, computed once per (device kind, batch)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hetplan.cluster.spec import Cluster
+from hetplan.cost.memory import MASTER_COPY_BYTES, OPTIMIZER_SLOTS, OPTIMIZER_STATE_BYTES
+from hetplan.cost.types import ComputeModel
+from hetplan.graph.types import ModelGraph
+
+Floats = NDArray[np.float64]
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # bytes per element
+
+
+@dataclass
+class Pricing:
+    """Caches ``compute.layer_costs`` as numpy arrays; devices of one type and speed share."""
+
+    graph: ModelGraph
+    cluster: Cluster
+    compute: ComputeModel
+    _cache: dict[tuple[str, float, int], tuple[Floats, Floats]] = field(default_factory=dict)
+    _mem_base: tuple[Floats, Floats, Floats] | None = None
+    _master: int = 0
+
+    def layers(self, device_id: str, batch: int) -> tuple[Floats, Floats]:
+        """Forward and backward seconds of every layer on ``device_id`` for ``batch`` samples."""
+        dev = self.cluster.device(device_id)
+        key = (dev.type.name, dev.speed, batch)
+        hit = self._cache.get(key)
+        if hit is None:
+            costs = self.compute.layer_costs(self.graph, dev, batch)
+            hit = (
+                np.array([c.fwd_s for c in costs], dtype=np.float64),
+                np.array([c.bwd_s for c in costs], dtype=np.float64),
+            )
+            self._cache[key] = hit
+        return hit
+
+    def step_time(self, device_id: str, batch: int) -> float:
+        """Forward + backward seconds of the whole model for ``batch`` samples."""
+        fwd, bwd = self.layers(device_id, batch)
+        return float(fwd.sum() + bwd.sum())
+
+    def speed(self, device_id: str, batch: int) -> float:
+        """Samples per second of the whole model at ``batch`` samples per step."""
+        return batch / self.step_time(device_id, batch)
+
+    def layer_mem(
+        self, batch: int, in_flight: int, optimizer: str, stashed: int = 0, synced: bool = False
+    ) -> Floats:
+        """Bytes per layer as ``cost.memory.stage_memory`` counts them, without the per-device
+        framework allowance: weights, gradients, optimizer state (plus an fp32 master copy for
+        16-bit weights), stashed weight versions and activations of ``in_flight``
+        micro-batches of ``batch`` samples; ``synced``: plus DDP's flat gradient buckets, a
+        second copy of the gradients."""
+        if self._mem_base is None:
+            dtype_bytes = DTYPE_BYTES.get(self.graph.dtype, 4)
+            layers = self.graph.layers
+            self._mem_base = (
+                np.array([layer.param_bytes for layer in layers], dtype=np.float64),
+                np.array([layer.params for layer in layers], dtype=np.float64),
+                np.array([layer.saved_bytes for layer in layers], dtype=np.float64),
+            )
+            self._master = MASTER_COPY_BYTES if dtype_bytes < 4 else 0
+        weights, params, saved = self._mem_base
+        per_param = OPTIMIZER_SLOTS.get(optimizer, 2) * OPTIMIZER_STATE_BYTES + self._master
+        copies = 2 + stashed + int(synced)
+        return weights * copies + params * per_param + saved * (batch * in_flight)

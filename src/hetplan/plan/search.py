@@ -1,0 +1,300 @@
+"""The plan search: enumerate candidates, screen them, simulate the best, rank, explain.
+
+1. Device subsets by counts per pool (``devices.subsets``); for each, candidates of every
+   strategy family with a closed-form screening estimate (``candidates``).
+2. Per family, the best few by the objective on the estimate are predicted for real (event-
+   driven simulation, memory model); infeasible ones and limit breakers are rejected and counted
+   by reason.
+3. The rest are ranked by the objective on the prediction; the baselines (data parallel with
+   an equal batch split, equal-layer GPipe, both over all devices) are always predicted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hetplan.cluster.spec import Cluster
+from hetplan.cost.types import ComputeModel
+from hetplan.graph.types import ModelGraph
+from hetplan.plan.candidates import (
+    MAX_PIPELINE_STAGES,
+    dp_candidate,
+    equal_pipeline,
+    hybrid_candidates,
+    pipeline_candidates,
+    ps_candidate,
+    refine,
+)
+from hetplan.plan.context import Candidate, Context
+from hetplan.plan.devices import subsets
+from hetplan.plan.explain import reasons
+from hetplan.plan.objective import Limits, Metrics, Objective, pareto_front
+from hetplan.plan.pricing import Pricing
+from hetplan.plan.types import ModelRef, Plan
+from hetplan.predict import Prediction, predict
+
+FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
+PIPELINED_SUBSETS = 16
+"""Device subsets (best by a balanced-throughput bound) that get pipelined candidates."""
+CLOSE_FAMILY_RATIO = 1.5
+"""Families whose best estimate is within this factor of the best get SIMULATED_PER_FAMILY
+simulations; the others get one (to show in the table)."""
+REFINED_PER_FAMILY = 4
+"""Screened candidates per family whose micro-batch count is refined."""
+SIMULATED_PER_FAMILY = 3
+"""Refined candidates per family that get a full simulation."""
+
+Progress = Callable[[str, int, int], None]
+"""``(phase, done, total)`` callback for a progress bar."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ranked:
+    """A simulated candidate."""
+
+    candidate: Candidate
+    prediction: Prediction
+    metrics: Metrics
+    score: float
+
+
+@dataclass(kw_only=True)
+class Ranking:
+    """The outcome of a search."""
+
+    objective: Objective
+    ranked: list[Ranked]
+    """Feasible candidates within the limits, best first."""
+    baselines: dict[str, Ranked]
+    rejected: Counter[str] = field(default_factory=Counter)
+    pareto: list[Ranked] = field(default_factory=list)
+    """Time-energy Pareto front of the ranked candidates, fastest first."""
+    screened: int = 0
+    """Candidates generated and estimated."""
+    simulated: int = 0
+    """Candidates predicted with the simulator."""
+    reasons: list[str] = field(default_factory=list)
+    baseline_failures: dict[str, str] = field(default_factory=dict)
+    """Baselines that cannot run, with the first reason."""
+
+    @property
+    def best(self) -> Ranked:
+        return self.ranked[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    batch: int
+    objective: Objective
+    limits: Limits = field(default_factory=Limits)
+    optimizer: str = "sgd"
+    families: tuple[str, ...] = FAMILIES
+    dataset_size: int | None = None
+
+
+def search(
+    model: ModelRef,
+    graph: ModelGraph,
+    cluster: Cluster,
+    compute: ComputeModel,
+    opts: SearchOptions,
+    progress: Progress | None = None,
+) -> Ranking:
+    """Find the best plans for ``opts.objective`` under ``opts.limits``."""
+    ctx = Context(
+        model=model,
+        graph=graph,
+        pricing=Pricing(graph=graph, cluster=cluster, compute=compute),
+        batch=opts.batch,
+        optimizer=opts.optimizer,
+        cluster_name=cluster.name,
+    )
+    rejected: Counter[str] = Counter()
+    pool = _screen(ctx, cluster, opts, rejected, progress)
+    refined = _shortlist(pool, opts.objective, REFINED_PER_FAMILY)
+    refined += [r for c in refined for r in refine(ctx, c)]
+    chosen = _final_list(refined, opts.objective)
+    baselines = _baselines(ctx, cluster)
+    failures: dict[str, str] = {}
+    todo = chosen + list(baselines.values())
+    simulated = _simulate(ctx, todo, opts, rejected, failures, progress)
+    ranking = _rank(simulated, opts, rejected)
+    ranking.screened = len(pool)
+    ranking.simulated = len(todo)
+    ranking.baseline_failures = failures
+    ranking.reasons = reasons(ranking, cluster)
+    return ranking
+
+
+def _screen(
+    ctx: Context,
+    cluster: Cluster,
+    opts: SearchOptions,
+    rejected: Counter[str],
+    progress: Progress | None,
+) -> list[Candidate]:
+    """Data parallel and PS on every subset; pipelines and hybrids on the most promising."""
+    subs = [s for s in subsets(cluster, opts.limits.max_devices) if len(s) <= ctx.batch]
+    pool: list[Candidate] = []
+    for devices in subs:
+        dp = dp_candidate(ctx, devices)
+        if dp is None:
+            rejected["out of memory"] += 1
+            continue
+        pool += [dp] if "dp" in opts.families else []
+        if "ps" in opts.families and len(devices) > 1:
+            pool.append(ps_candidate(ctx, devices, dp))
+    piped = [s for s in ("gpipe", "1f1b", "pipedream") if s in opts.families]
+    shallow = [s for s in subs if 1 < len(s) <= MAX_PIPELINE_STAGES] if piped else []
+    deep = [s for s in subs if len(s) > 3] if "hybrid" in opts.families else []
+    work = [(s, True) for s in _promising(ctx, shallow, opts.objective)]
+    work += [(s, False) for s in _promising(ctx, deep, opts.objective)]
+    for i, (devices, single) in enumerate(work):
+        if single:
+            pool.extend(pipeline_candidates(ctx, devices, piped))  # type: ignore[arg-type]
+        else:
+            pool.extend(hybrid_candidates(ctx, devices))
+        if progress is not None:
+            progress("screening", i + 1, len(work))
+    if not pool:
+        rejected["no candidate: every partition exceeds device memory"] += 1
+    return pool
+
+
+def _promising(
+    ctx: Context, subs: Sequence[tuple[str, ...]], objective: Objective
+) -> list[tuple[str, ...]]:
+    """The PIPELINED_SUBSETS subsets best by a perfectly balanced bound: every device busy,
+    the batch done at the summed throughput of the subset (no bubble, no communication)."""
+    if len(subs) <= PIPELINED_SUBSETS:
+        return list(subs)
+    bounds = []
+    for devices in subs:
+        time_s = ctx.batch / sum(ctx.pricing.speed(d, 1) for d in devices)
+        bounds.append(ctx.metrics(time_s, dict.fromkeys(devices, time_s)))
+    scores = objective.scores(bounds)
+    order = sorted(range(len(subs)), key=scores.__getitem__)
+    return [subs[i] for i in order[:PIPELINED_SUBSETS]]
+
+
+def _shortlist(pool: Sequence[Candidate], objective: Objective, keep: int) -> list[Candidate]:
+    """The best ``keep`` of each family by the objective on the screening estimate."""
+    by_family: dict[str, list[Candidate]] = {}
+    for c in pool:
+        by_family.setdefault(c.family, []).append(c)
+    out: list[Candidate] = []
+    for members in by_family.values():
+        scores = objective.scores([c.estimate for c in members])
+        order = sorted(range(len(members)), key=scores.__getitem__)
+        out.extend(members[i] for i in order[:keep])
+    return out
+
+
+def _final_list(pool: Sequence[Candidate], objective: Objective) -> list[Candidate]:
+    """SIMULATED_PER_FAMILY of each family close to the best estimate, one of the others."""
+    if not pool:
+        return []
+    scores = dict(zip(map(id, pool), objective.scores([c.estimate for c in pool]), strict=True))
+    best = min(scores.values())
+    out = []
+    for fam in {c.family for c in pool}:
+        members = sorted((c for c in pool if c.family == fam), key=lambda c: scores[id(c)])
+        close = scores[id(members[0])] <= CLOSE_FAMILY_RATIO * best
+        out.extend(members[: SIMULATED_PER_FAMILY if close else 1])
+    return out
+
+
+def _baselines(ctx: Context, cluster: Cluster) -> dict[str, Candidate]:
+    devices = [d.id for d in cluster.devices][: ctx.batch]
+    out = {}
+    dp = dp_candidate(ctx, devices, equal=True)
+    if dp is not None:
+        out["dp-equal"] = dp
+    if len(devices) > 1:
+        out["equal-pipeline"] = equal_pipeline(ctx, devices)
+    return out
+
+
+def _simulate(
+    ctx: Context,
+    cands: Sequence[Candidate],
+    opts: SearchOptions,
+    rejected: Counter[str],
+    failures: dict[str, str],
+    progress: Progress | None,
+) -> list[tuple[Candidate, Prediction, Metrics]]:
+    out = []
+    for i, cand in enumerate(cands):
+        pred = predict(
+            cand.plan,
+            ctx.graph,
+            ctx.pricing.cluster,
+            ctx.pricing.compute,
+            dataset_size=opts.dataset_size,
+        )
+        if progress is not None:
+            progress("simulating", i + 1, len(cands))
+        if not pred.feasible:
+            if cand.baseline is None:
+                rejected[_reason_key(pred.infeasible_reasons)] += 1
+            else:
+                failures[cand.baseline] = (pred.infeasible_reasons or ["infeasible"])[0]
+            continue
+        out.append((cand, pred, metrics_of(cand.plan, pred)))
+    return out
+
+
+def _reason_key(reasons: Sequence[str]) -> str:
+    text = reasons[0] if reasons else "infeasible"
+    return "out of memory" if "memory" in text else text.split(":")[0]
+
+
+def metrics_of(plan: Plan, pred: Prediction) -> Metrics:
+    """The objective's view of a prediction."""
+    return Metrics(
+        time_s=pred.iteration_time_s,
+        samples_per_s=pred.samples_per_s,
+        power_w=pred.power_w,
+        energy_j=pred.energy_j_per_iteration,
+        dollars=pred.dollars_per_iteration,
+        devices=len(plan.devices),
+    )
+
+
+def _rank(
+    simulated: Sequence[tuple[Candidate, Prediction, Metrics]],
+    opts: SearchOptions,
+    rejected: Counter[str],
+) -> Ranking:
+    iterations = _iterations(opts)
+    kept = []
+    for cand, pred, met in simulated:
+        broken = opts.limits.violations(met, iterations)
+        if broken and cand.baseline is None:
+            rejected[f"limit: {broken[0].split(' ')[0]}"] += 1
+            continue
+        kept.append((cand, pred, met))
+    scores = opts.objective.scores([m for _, _, m in kept])
+    ranked_all = [
+        Ranked(candidate=c, prediction=p, metrics=m, score=s)
+        for (c, p, m), s in zip(kept, scores, strict=True)
+    ]
+    ranked_all.sort(key=lambda r: r.score)
+    base = {r.candidate.baseline: r for r in ranked_all if r.candidate.baseline is not None}
+    within = [r for r in ranked_all if not opts.limits.violations(r.metrics, iterations)]
+    front = pareto_front([(r.metrics.time_s, r.metrics.energy_j) for r in within])
+    return Ranking(
+        objective=opts.objective,
+        ranked=within,
+        baselines={k: v for k, v in base.items() if k is not None},
+        rejected=rejected,
+        pareto=[within[i] for i in front],
+    )
+
+
+def _iterations(opts: SearchOptions) -> float:
+    if opts.dataset_size is None:
+        return 1.0
+    return opts.dataset_size / opts.batch

@@ -1,0 +1,114 @@
+"""Slot costs for the partitioner, vectorised, and the cached partition of a slot order."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hetplan.cost.memory import (
+    framework_overhead_bytes,
+    in_flight_microbatches,
+    stashed_weight_versions,
+)
+from hetplan.plan.context import Context, SlotKey
+from hetplan.plan.partition import Partition, partition_fast
+from hetplan.predict.memory import is_gpu
+
+Floats = NDArray[np.float64]
+
+
+def slot_times(ctx: Context, key: SlotKey) -> Floats:
+    """(S, L) forward + backward seconds per layer on each slot, at the slowest replica."""
+    order, micro = key
+    times = np.zeros((len(order[0]), len(ctx.graph.layers)))
+    for v, devs in enumerate(order):
+        for s, d in enumerate(devs):
+            fwd, bwd = ctx.pricing.layers(d, micro[v])
+            np.maximum(times[s], fwd + bwd, out=times[s])
+    return times
+
+
+def slot_cuts(ctx: Context, key: SlotKey) -> Floats:
+    """(S, S, L-1) seconds to send cut ``c`` from slot ``s`` to slot ``t`` (one direction,
+    alpha-beta over the link between the two slots' devices), the slowest replica's."""
+    order, micro = key
+    n = len(order[0])
+    cut = np.asarray(ctx.graph.cut_bytes, dtype=np.float64)
+    out = np.zeros((n, n, cut.shape[0]))
+    cluster = ctx.pricing.cluster
+    for v, devs in enumerate(order):
+        inv_bw = np.zeros((n, n))
+        lat = np.zeros((n, n))
+        for s in range(n):
+            for t in range(s + 1, n):
+                link = cluster.link(devs[s], devs[t])
+                inv_bw[s, t] = 1.0 / link.bandwidth
+                lat[s, t] = link.latency_s
+        sizes = cut * micro[v]
+        times = lat[:, :, None] + sizes[None, None, :] * inv_bw[:, :, None]
+        times = np.where(sizes[None, None, :] > 0, times, 0.0)
+        np.maximum(out, times, out=out)
+    return out
+
+
+def slot_memory(
+    ctx: Context, key: SlotKey, strategy: str, m: int, *, recompute: bool = False
+) -> tuple[Floats, Floats, Floats]:
+    """(S, L) bytes per layer on each slot under ``strategy`` with ``m`` micro-batches (with
+    gradient buckets when replicas synchronise), (S,) fixed bytes (framework allowance, kept
+    stage inputs under recomputation) and (S,) capacities.
+
+    The in-flight count and stashed versions use the slot index as the stage index; with
+    skipped slots that under-counts, and the predictor's exact memory check catches it.
+    """
+    order, micro = key
+    n = len(order[0])
+    mem = np.zeros((n, len(ctx.graph.layers)))
+    fixed = np.zeros(n)
+    caps = np.full(n, math.inf)
+    biggest_input = max([ctx.graph.input_bytes, *ctx.graph.cut_bytes])
+    for v, devs in enumerate(order):
+        for s, d in enumerate(devs):
+            flight = in_flight_microbatches(strategy, s, n, m)
+            stashed = stashed_weight_versions(s, n) if strategy == "pipedream" else 0
+            # Recomputation keeps one micro-batch's activations plus each in-flight stage
+            # input (bounded here by the largest cut).
+            kept = 1 if recompute else flight
+            layer = ctx.pricing.layer_mem(
+                micro[v], kept, ctx.optimizer, stashed, synced=len(order) > 1
+            )
+            np.maximum(mem[s], layer, out=mem[s])
+            dtype = ctx.pricing.cluster.device(d).type
+            inputs = biggest_input * micro[v] * flight if recompute else 0.0
+            fixed[s] = max(fixed[s], framework_overhead_bytes(is_gpu(dtype)) + inputs)
+            caps[s] = min(caps[s], dtype.memory_bytes)
+    return mem, fixed, caps
+
+
+def partition_for(
+    ctx: Context, key: SlotKey, strategy: str, m: int, *, recompute: bool = False
+) -> Partition:
+    """Min-max partition of the layers over the slots of ``key`` (see ``partition_core``).
+
+    The split without memory limits is cached per key; it is re-solved under the limits only
+    when it does not fit under ``strategy`` with ``m`` micro-batches. Raises
+    PartitionInfeasible when nothing fits.
+    """
+    part = ctx.partitions.get(key)
+    times: Floats | None = None
+    cuts: Floats | None = None
+    if part is None:
+        times, cuts = slot_times(ctx, key), slot_cuts(ctx, key)
+        part = partition_fast(times, cuts, comm="overlap")
+        ctx.partitions[key] = part
+    mem, fixed, caps = slot_memory(ctx, key, strategy, m, recompute=recompute)
+    if all(
+        fixed[s] + float(mem[s, i:j].sum()) <= caps[s]
+        for (i, j), s in zip(part.stages, part.slots, strict=True)
+    ):
+        return part
+    if times is None or cuts is None:
+        times, cuts = slot_times(ctx, key), slot_cuts(ctx, key)
+    return partition_fast(times, cuts, layer_mem=mem, fixed_mem=fixed, mem_cap=caps, comm="overlap")

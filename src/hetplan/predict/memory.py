@@ -1,0 +1,135 @@
+"""Memory per device of a plan, against the device's capacity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetplan.cluster.spec import Cluster, DeviceType
+from hetplan.cost import comm
+from hetplan.cost.memory import (
+    OPTIMIZER_SLOTS,
+    OPTIMIZER_STATE_BYTES,
+    MemoryBreakdown,
+    framework_overhead_bytes,
+    in_flight_microbatches,
+    stage_memory,
+    stashed_weight_versions,
+)
+from hetplan.graph.types import ModelGraph
+from hetplan.plan.types import Plan
+from hetplan.units import fmt_bytes
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # bytes per element
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceMemory:
+    """What a device holds at its peak, and how much it has."""
+
+    breakdown: MemoryBreakdown
+    ps_shard_bytes: float
+    """Parameters plus optimizer state of the PS shard it hosts (0 if none)."""
+    capacity_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.breakdown.total + self.ps_shard_bytes
+
+
+def is_gpu(device_type: DeviceType) -> bool:
+    """CPU "devices" (catalog name ``cpu...``) get the small framework allowance."""
+    return not device_type.name.lower().startswith("cpu")
+
+
+def plan_memory(
+    plan: Plan,
+    graph: ModelGraph,
+    cluster: Cluster,
+    ranges: list[list[tuple[int, int]]],
+    micro_batch: list[int],
+    bucket_bytes: list[float],
+) -> dict[str, DeviceMemory]:
+    """Peak memory of every device of the plan (workers and PS hosts)."""
+    dtype_bytes = DTYPE_BYTES.get(graph.dtype, 4)
+    num = plan.num_stages
+    sync = len(plan.pipelines) > 1 and plan.strategy != "ps"
+    shards = _ps_shards(plan, graph)
+    out: dict[str, DeviceMemory] = {}
+    for p, pipe in enumerate(plan.pipelines):
+        for s, stage in enumerate(pipe.stages):
+            lo, hi = ranges[p][s]
+            for dev_id in stage.devices:
+                dev = cluster.device(dev_id)
+                mem = stage_memory(
+                    graph.layers[lo : hi + 1],
+                    micro_batch=micro_batch[p],
+                    in_flight=in_flight_microbatches(plan.strategy, s, num, plan.micro_batches),
+                    optimizer=plan.optimizer,
+                    dtype_bytes=dtype_bytes,
+                    recompute=plan.recompute,
+                    stashed_versions=(
+                        stashed_weight_versions(s, num) if plan.strategy == "pipedream" else 0
+                    ),
+                    tp=plan.tp,
+                    bucket_bytes=bucket_bytes[s] if sync else 0.0,
+                    framework_bytes=framework_overhead_bytes(is_gpu(dev.type)),
+                )
+                out[dev_id] = DeviceMemory(
+                    breakdown=mem,
+                    ps_shard_bytes=shards.get(dev_id, 0.0),
+                    capacity_bytes=dev.type.memory_bytes,
+                )
+    for dev_id, shard in shards.items():
+        if dev_id not in out:
+            dev = cluster.device(dev_id)
+            fw = framework_overhead_bytes(is_gpu(dev.type))
+            zero = MemoryBreakdown(
+                weights=0,
+                grads=0,
+                optimizer=0,
+                activations=0,
+                stashed_weights=0,
+                comm_buffers=0,
+                framework=fw,
+                total=fw,
+            )
+            out[dev_id] = DeviceMemory(
+                breakdown=zero, ps_shard_bytes=shard, capacity_bytes=dev.type.memory_bytes
+            )
+    return out
+
+
+def _ps_shards(plan: Plan, graph: ModelGraph) -> dict[str, float]:
+    """Bytes each PS host keeps: its shard's parameters, a gradient accumulator, and the
+    optimizer state (fp32 slots per parameter)."""
+    if plan.strategy != "ps" or not plan.ps_devices:
+        return {}
+    tensors = [
+        b
+        for layer in graph.layers
+        for b in (layer.param_tensor_bytes or ((layer.param_bytes,) if layer.param_bytes else ()))
+    ]
+    assignment = comm.assign_ps_shards(tensors, len(plan.ps_devices), plan.ps_assignment)
+    elem = DTYPE_BYTES.get(graph.dtype, 4)
+    slots = OPTIMIZER_SLOTS[plan.optimizer] * OPTIMIZER_STATE_BYTES / elem
+    out: dict[str, float] = {}
+    for dev, idx in zip(plan.ps_devices, assignment, strict=True):
+        nbytes = float(sum(tensors[i] for i in idx))
+        out[dev] = out.get(dev, 0.0) + nbytes * (2 + slots)
+    return out
+
+
+def infeasible_reasons(memory: dict[str, DeviceMemory]) -> list[str]:
+    """One line per device that does not fit: device, bytes needed, bytes available."""
+    reasons = []
+    for dev, m in memory.items():
+        if m.total_bytes > m.capacity_bytes:
+            b = m.breakdown
+            reasons.append(
+                f"{dev}: out of memory: needs {fmt_bytes(m.total_bytes)} "
+                f"({m.total_bytes:.0f} B), has "
+                f"{fmt_bytes(m.capacity_bytes)} ({m.capacity_bytes:.0f} B): weights "
+                f"{fmt_bytes(b.weights)}, grads {fmt_bytes(b.grads)}, optimizer "
+                f"{fmt_bytes(b.optimizer)}, activations {fmt_bytes(b.activations)}"
+            )
+    return reasons

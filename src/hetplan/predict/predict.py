@@ -1,0 +1,198 @@
+"""Predict one explicit plan: time, throughput, memory, power, energy, EDP and dollars.
+
+``predict`` checks the plan against the model and the cluster, prices it
+(:mod:`hetplan.predict.price`), builds the strategy's schedule, simulates it, and adds memory
+(:mod:`hetplan.predict.memory`) and power (busy fraction from the timeline into
+``cost.power.utilization_power``). An infeasible plan is an answer (``feasible=False`` with the
+reasons), never an exception; bad input raises :class:`~hetplan.errors.InputError`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from hetplan.cluster.spec import Cluster
+from hetplan.cost import power as pw
+from hetplan.cost.types import ComputeModel
+from hetplan.graph.types import ModelGraph
+from hetplan.plan.types import Plan
+from hetplan.predict.check import check_devices, stage_ranges
+from hetplan.predict.memory import infeasible_reasons, plan_memory
+from hetplan.predict.price import PricedPlan, price
+from hetplan.schedule import generators as gen
+from hetplan.schedule.builder import paused_gc
+from hetplan.schedule.pipeline import Order
+from hetplan.schedule.types import Schedule
+from hetplan.simulate import Timeline, simulate
+
+
+@dataclass(frozen=True, kw_only=True)
+class DevicePrediction:
+    """One device's share of the prediction (times per iteration)."""
+
+    id: str
+    type: str
+    role: str
+    """``worker``, ``ps`` or ``worker+ps``."""
+    memory_bytes: float
+    memory_capacity_bytes: float
+    memory: dict[str, float]
+    """Breakdown: weights, grads, optimizer, activations, stashed_weights, comm_buffers,
+    framework, ps_shard."""
+    busy_fraction: float
+    power_w: float
+    compute_s: float
+    exposed_comm_s: float
+    bubble_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """Everything ``hetplan predict`` reports for one plan."""
+
+    feasible: bool
+    infeasible_reasons: list[str]
+    strategy: str
+    iteration_time_s: float
+    samples_per_s: float
+    global_batch: int
+    micro_batch_sizes: list[int]
+    iterations_per_epoch: int | None
+    epoch_time_s: float | None
+    power_w: float
+    """Sum over the plan's devices of their average power."""
+    energy_j_per_iteration: float
+    energy_j_per_epoch: float | None
+    edp: float
+    """Energy-delay product, J*s, over an epoch when the dataset size is known, else over one
+    iteration (see ``edp_basis``)."""
+    edp_basis: str
+    dollars_per_iteration: float | None
+    dollars_per_epoch: float | None
+    """None unless every device has a price."""
+    bubble_fraction: float
+    exposed_comm_s: float
+    cost_source: str
+    devices: list[DevicePrediction]
+    timeline: Timeline = field(repr=False)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self, *, timeline: bool = False) -> dict[str, Any]:
+        """Plain data (JSON-compatible); ``timeline`` adds every simulated op."""
+        # Not asdict(self): it would deep-copy the whole timeline.
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "timeline"}
+        out["devices"] = [asdict(d) for d in self.devices]
+        out["infeasible_reasons"] = list(self.infeasible_reasons)
+        out["micro_batch_sizes"] = list(self.micro_batch_sizes)
+        out["notes"] = list(self.notes)
+        if timeline:
+            out["timeline"] = [
+                {
+                    "device": o.device,
+                    "kind": o.kind,
+                    "stage": o.stage,
+                    "microbatch": o.microbatch,
+                    "pipeline": o.pipeline,
+                    "iteration": o.iteration,
+                    "start": o.start,
+                    "end": o.end,
+                }
+                for o in self.timeline.ops()
+            ]
+        return out
+
+
+def build_schedule(plan: Plan, priced: PricedPlan) -> Schedule:
+    """The strategy's schedule over the priced work."""
+    m = plan.micro_batches
+    pipes, buckets = priced.pipes, priced.buckets
+    if plan.strategy == "ps":
+        return gen.parameter_server(
+            pipes, plan.ps_devices, priced.ps, m, asynchronous=plan.ps_async
+        )
+    if plan.strategy == "pipedream":
+        return gen.pipedream_async(pipes[0], m)
+    if plan.strategy == "hybrid" and plan.sync == "wsp":
+        return gen.wsp(pipes, m, plan.staleness, buckets=buckets)
+    order: Order = "gpipe" if plan.strategy == "gpipe" else "1f1b"
+    return gen.synchronous(plan.strategy, pipes, m, order=order, buckets=buckets)
+
+
+def predict(
+    plan: Plan,
+    graph: ModelGraph,
+    cluster: Cluster,
+    compute: ComputeModel,
+    *,
+    dataset_size: int | None = None,
+) -> Prediction:
+    """Predict ``plan`` for ``graph`` on ``cluster`` with layer costs from ``compute``."""
+    ranges = stage_ranges(plan, graph)
+    check_devices(plan, cluster)
+    priced = price(plan, graph, cluster, compute, ranges)
+    memory = plan_memory(plan, graph, cluster, ranges, priced.micro_batch, priced.bucket_bytes)
+    reasons = infeasible_reasons(memory)
+    with paused_gc():  # big schedules: see paused_gc
+        timeline = simulate(build_schedule(plan, priced))
+    t_iter = timeline.iteration_time_s
+    workers = set(plan.devices)
+    devices: list[DevicePrediction] = []
+    for dev_id in timeline.schedule.devices:
+        dev = cluster.device(dev_id)
+        split = timeline.devices[dev_id]
+        mem = memory[dev_id]
+        role = "worker" if dev_id in workers else "ps"
+        if dev_id in workers and dev_id in plan.ps_devices:
+            role = "worker+ps"
+        breakdown = {k: v for k, v in asdict(mem.breakdown).items() if k != "total"}
+        breakdown["ps_shard"] = mem.ps_shard_bytes
+        devices.append(
+            DevicePrediction(
+                id=dev_id,
+                type=dev.type.name,
+                role=role,
+                memory_bytes=mem.total_bytes,
+                memory_capacity_bytes=mem.capacity_bytes,
+                memory=breakdown,
+                busy_fraction=split.busy_fraction,
+                power_w=pw.utilization_power(dev.type, split.busy_fraction),
+                compute_s=split.compute_s,
+                exposed_comm_s=split.exposed_comm_s,
+                bubble_s=split.bubble_s,
+            )
+        )
+    power = sum(d.power_w for d in devices)
+    e_iter = pw.energy_j(power, t_iter)
+    iters = math.ceil(dataset_size / plan.global_batch) if dataset_size else None
+    epoch = iters * t_iter if iters is not None else None
+    e_epoch = pw.energy_j(power, epoch) if epoch is not None else None
+    prices = [cluster.device(d.id).type.price_per_hour for d in devices]
+    hourly = None if any(p is None for p in prices) else sum(p or 0.0 for p in prices)
+    return Prediction(
+        feasible=not reasons,
+        infeasible_reasons=reasons,
+        strategy=plan.strategy,
+        iteration_time_s=t_iter,
+        samples_per_s=timeline.samples_per_s,
+        global_batch=plan.global_batch,
+        micro_batch_sizes=priced.micro_batch,
+        iterations_per_epoch=iters,
+        epoch_time_s=epoch,
+        power_w=power,
+        energy_j_per_iteration=e_iter,
+        energy_j_per_epoch=e_epoch,
+        edp=pw.edp(e_epoch, epoch)
+        if e_epoch is not None and epoch is not None
+        else pw.edp(e_iter, t_iter),
+        edp_basis="epoch" if epoch is not None else "iteration",
+        dollars_per_iteration=None if hourly is None else pw.dollars(hourly, t_iter),
+        dollars_per_epoch=None if hourly is None or epoch is None else pw.dollars(hourly, epoch),
+        bubble_fraction=timeline.bubble_fraction,
+        exposed_comm_s=timeline.exposed_comm_s,
+        cost_source=", ".join(priced.sources) or "none",
+        devices=devices,
+        timeline=timeline,
+        notes=list(timeline.schedule.notes),
+    )

@@ -1,0 +1,228 @@
+"""Price a plan: per-micro-batch stage times, cut transfers, gradient buckets, PS transfers.
+
+Conventions (see docs/models.md):
+
+- micro-batch size of a pipeline = ``ceil(batch / micro_batches)``: with an uneven split every
+  micro-batch is priced at the larger size (slightly pessimistic; torch's ``tensor_split``
+  makes the first ``batch mod m`` micro-batches one sample larger);
+- a tensor-parallel stage: each member computes ``1/tp`` of every layer (Megatron splits the
+  GEMMs), the slowest member bounds it, plus two allreduces of the layer output per pass for
+  every layer with parameters (``tp_block_comm_time``);
+- cut transfers: ``graph.cut_bytes[last layer] * micro-batch`` bytes each way (activations
+  forward, their gradients backward: same size), over ``cluster.link``; a TP group sends
+  ``1/tp`` of them from each member to its peer (Megatron's scatter/gather optimisation);
+- gradient buckets (several replicas only): DDP's buckets over the stage's parameter tensors;
+  the last micro-batch's backward is split at their ready points.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hetplan.cluster.spec import Cluster, Device
+from hetplan.cost import comm
+from hetplan.cost.types import ComputeModel
+from hetplan.graph.types import LayerInfo, ModelGraph
+from hetplan.plan.types import Plan
+from hetplan.schedule.work import CutWork, PipelineWork, PsWork, StageWork, SyncBucket
+from hetplan.units import MiB
+
+# Bytes moved per parameter by one optimizer step (fp32 state): SGD reads p, g and writes p
+# (3 x 4 B); momentum adds the buffer read and write (5 x 4 B); Adam reads p, g, m, v and
+# writes p, m, v (7 x 4 B). Source: torch.optim's update rules (foreach kernels are
+# memory-bound elementwise ops).
+OPTIMIZER_BYTES_PER_PARAM = {"sgd": 12.0, "momentum": 20.0, "adam": 28.0}  # bytes/param
+
+
+@dataclass(frozen=True, kw_only=True)
+class PricedPlan:
+    """Everything the schedule generators need, plus what the report wants to show."""
+
+    pipes: list[PipelineWork]
+    buckets: list[list[SyncBucket]]
+    """Per stage: gradient buckets all-reduced across the replicas (empty: one replica)."""
+    ps: list[PsWork]
+    micro_batch: list[int]
+    """Per pipeline: samples per micro-batch."""
+    bucket_bytes: list[float]
+    """Per stage: DDP bucket memory (bytes per device) when buckets exist."""
+    sources: tuple[str, ...]
+    """Distinct cost sources of the layer costs used."""
+
+
+def micro_batch_size(batch: int, micro_batches: int) -> int:
+    """Samples per micro-batch: the larger share when ``batch`` does not divide evenly."""
+    return math.ceil(batch / micro_batches)
+
+
+def _tensor_bytes(layer: LayerInfo, tp: int) -> list[int]:
+    sizes = list(layer.param_tensor_bytes) or ([layer.param_bytes] if layer.param_bytes else [])
+    return [max(int(b) // tp, 1) for b in sizes]
+
+
+def split_backward(
+    bwd_layers: Sequence[float], buckets: Sequence[comm.GradBucket]
+) -> tuple[tuple[float, ...], list[int]]:
+    """Backward parts in execution order and the part after which each bucket is ready.
+
+    Backward runs from the last layer down; bucket ``k`` is ready once layer ``last_layer``
+    (local index) is done, so part ``k`` covers the layers from the previous boundary down to
+    it. Layers below the last boundary (no parameters) form a trailing part.
+    """
+    parts: list[float] = []
+    index: list[int] = []
+    hi = len(bwd_layers)
+    for bucket in buckets:
+        lo = min(bucket.last_layer, hi)
+        parts.append(float(sum(bwd_layers[lo:hi])))
+        index.append(len(parts) - 1)
+        hi = lo
+    if hi > 0 or not parts:
+        parts.append(float(sum(bwd_layers[:hi])))
+    return tuple(parts), index
+
+
+def _stage_compute(
+    plan: Plan,
+    graph: ModelGraph,
+    cluster: Cluster,
+    compute: ComputeModel,
+    devices: list[Device],
+    rng: tuple[int, int],
+    mb: int,
+) -> tuple[float, list[float], float, set[str]]:
+    """(forward s, per-layer backward s, optimizer s, sources) of one stage per micro-batch."""
+    lo, hi = rng
+    tp = len(devices)
+    fwd, bwd = 0.0, [0.0] * (hi - lo + 1)
+    sources: set[str] = set()
+    opt = 0.0
+    params = sum(layer.params for layer in graph.layers[lo : hi + 1]) / tp
+    for dev in devices:
+        costs = compute.layer_costs(graph, dev, mb)[lo : hi + 1]
+        sources.update(c.source for c in costs)
+        fwd = max(fwd, sum(c.fwd_s for c in costs) / tp)
+        # Recomputation re-runs each layer's forward inside its backward.
+        redo = 1.0 if plan.recompute else 0.0
+        bwd = [max(b, (c.bwd_s + redo * c.fwd_s) / tp) for b, c in zip(bwd, costs, strict=True)]
+        bw = dev.type.memory_bandwidth * dev.type.memory_efficiency * dev.speed
+        opt = max(opt, params * OPTIMIZER_BYTES_PER_PARAM[plan.optimizer] / bw)
+    if tp > 1:
+        ids = [d.id for d in devices]
+        for k, layer in enumerate(graph.layers[lo : hi + 1]):
+            if layer.params:
+                act = float(layer.out_bytes * mb)
+                fwd += comm.tp_block_comm_time(act, ids, cluster, passes="fwd")
+                bwd[k] += comm.tp_block_comm_time(act, ids, cluster, passes="bwd")
+    return fwd, bwd, opt, sources
+
+
+def _cut(
+    graph: ModelGraph, cluster: Cluster, a: Sequence[str], b: Sequence[str], last: int, mb: int
+) -> CutWork:
+    nbytes = float(graph.cut_bytes[last] * mb) if last < len(graph.cut_bytes) else 0.0
+    share = nbytes / len(a)
+    t = max(comm.p2p_time(share, cluster.link(x, y)) for x, y in zip(a, b, strict=True))
+    return CutWork(fwd_s=t, bwd_s=t, nbytes=nbytes)
+
+
+def price(
+    plan: Plan,
+    graph: ModelGraph,
+    cluster: Cluster,
+    compute: ComputeModel,
+    ranges: list[list[tuple[int, int]]],
+) -> PricedPlan:
+    """Turn ``plan`` into priced work for the schedule generators."""
+    nrep = len(plan.pipelines)
+    sync = nrep > 1 and plan.strategy != "ps"
+    num = plan.num_stages
+    stage_buckets: list[list[comm.GradBucket]] = []
+    for lo, hi in ranges[0]:
+        tensors = [_tensor_bytes(layer, plan.tp) for layer in graph.layers[lo : hi + 1]]
+        cap = plan.bucket_mb * MiB
+        stage_buckets.append(comm.ddp_buckets(tensors, cap) if sync else [])
+    pipes: list[PipelineWork] = []
+    mbs: list[int] = []
+    sources: set[str] = set()
+    for p, pipe in enumerate(plan.pipelines):
+        mb = micro_batch_size(pipe.batch, plan.micro_batches)
+        mbs.append(mb)
+        stages: list[StageWork] = []
+        cuts: list[CutWork] = []
+        for s, stage in enumerate(pipe.stages):
+            devs = [cluster.device(d) for d in stage.devices]
+            fwd, bwd, opt, src = _stage_compute(
+                plan, graph, cluster, compute, devs, ranges[p][s], mb
+            )
+            sources |= src
+            parts, _ = split_backward(bwd, stage_buckets[s]) if sync else ((), [])
+            stages.append(
+                StageWork(
+                    devices=tuple(stage.devices),
+                    fwd_s=fwd,
+                    bwd_s=sum(bwd),
+                    bwd_parts=parts,
+                    opt_s=opt,
+                )
+            )
+            if s + 1 < num:
+                nxt = pipe.stages[s + 1].devices
+                cuts.append(_cut(graph, cluster, stage.devices, nxt, ranges[p][s][1], mb))
+        pipes.append(PipelineWork(stages=tuple(stages), cuts=tuple(cuts), batch=pipe.batch))
+    buckets = (
+        [_sync_buckets(plan, cluster, s, stage_buckets[s]) for s in range(num)] if sync else []
+    )
+    bucket_bytes = [float(sum(b.nbytes for b in bs)) for bs in stage_buckets]
+    ps = _ps_work(plan, graph, cluster) if plan.strategy == "ps" else []
+    return PricedPlan(
+        pipes=pipes,
+        buckets=buckets,
+        ps=ps,
+        micro_batch=mbs,
+        bucket_bytes=bucket_bytes,
+        sources=tuple(sorted(sources)),
+    )
+
+
+def _sync_buckets(
+    plan: Plan, cluster: Cluster, s: int, grads: list[comm.GradBucket]
+) -> list[SyncBucket]:
+    """Allreduce of each bucket across the replicas of stage ``s``, per TP rank (the ranks'
+    allreduces run at the same time; the slowest counts)."""
+    groups = [[p.stages[s].devices[t] for p in plan.pipelines] for t in range(plan.tp)]
+    out = []
+    for k, g in enumerate(grads):  # split_backward makes bucket k ready after part k
+        t = max(comm.allreduce_time(float(g.nbytes), grp, cluster) for grp in groups)
+        out.append(SyncBucket(part=k, duration_s=t, nbytes=float(g.nbytes)))
+    return out
+
+
+def _ps_work(plan: Plan, graph: ModelGraph, cluster: Cluster) -> list[PsWork]:
+    """Push/pull times per worker from the PS communication model."""
+    tensors = [b for layer in graph.layers for b in _tensor_bytes(layer, 1)]
+    workers = [p.stages[0].devices[0] for p in plan.pipelines]
+    timing = comm.ps_sync_time(
+        tensors, workers, plan.ps_devices, cluster, policy=plan.ps_assignment
+    )
+    total = float(sum(tensors))
+    if plan.ps_async:
+        # Only a worker's push + pull total is known: split evenly between the two actions.
+        return [
+            PsWork(
+                push_s=timing.async_per_worker_s[w] / 2,
+                pull_s=timing.async_per_worker_s[w] / 2,
+                nbytes=total,
+            )
+            for w in workers
+        ]
+    return [
+        PsWork(
+            push_s=timing.push_s,
+            pull_s=max(timing.per_worker_s[w] - timing.push_s, 0.0),
+            nbytes=total,
+        )
+        for w in workers
+    ]

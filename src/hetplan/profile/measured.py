@@ -1,0 +1,187 @@
+"""A compute model that prefers measured profiles and falls back to the analytical one.
+
+For a device whose type has a profile of the model: the profile's fitted ``a + k*b`` per layer,
+divided by the device's speed share (source ``measured on <type>``). For a device of another
+type: a measured type's times multiplied, layer by layer, by the analytical model's ratio
+between the two types (source ``scaled from <type>``): the analytical model is trusted for
+*relative* speed while the profile anchors the absolute level. Otherwise: the fallback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+
+from hetplan.cluster.catalog import device_type
+from hetplan.cluster.spec import Device, DeviceType
+from hetplan.cost.compute import CACHE_ENTRIES, AnalyticalCompute
+from hetplan.cost.types import ComputeModel, LayerCost
+from hetplan.errors import InputError
+from hetplan.graph.types import ModelGraph
+from hetplan.profile.types import Profile
+
+
+def catalog_resolver(name: str) -> DeviceType | None:
+    """The catalog entry called ``name``, or None for a type the catalog does not know."""
+    try:
+        return device_type(name)
+    except InputError:
+        return None
+
+
+def profile_matches(profile: Profile, graph: ModelGraph) -> bool:
+    """Whether ``profile`` was taken of this model, input shape and dtype, covering its layers."""
+    names = set(profile.layer_names)
+    return (
+        profile.model == graph.name
+        and tuple(profile.input_shape) == tuple(graph.input_shape)
+        and profile.dtype == graph.dtype
+        and all(layer.name in names for layer in graph.layers)
+    )
+
+
+class MeasuredCompute:
+    """:class:`~hetplan.cost.types.ComputeModel` over measured profiles (see module doc)."""
+
+    def __init__(
+        self,
+        profiles: Sequence[Profile],
+        *,
+        fallback: ComputeModel | None = None,
+        types: Mapping[str, DeviceType] | None = None,
+        include_loss: bool = True,
+    ) -> None:
+        """``fallback``: the model for unmeasured types and for the scaling ratios (default:
+        :class:`AnalyticalCompute` in the graph's dtype). ``types`` resolves the device types
+        profiles were taken on (for scaling); names it lacks are looked up in the catalog.
+        ``include_loss`` bills the measured loss to the last layer, as the graph does for its
+        analytical figures (the last pipeline stage computes the loss)."""
+        self.profiles = list(profiles)
+        self._fallback = fallback
+        self._analytical: dict[str, AnalyticalCompute] = {}
+        self.types = dict(types or {})
+        self.include_loss = include_loss
+        self._cache: dict[tuple[object, ...], tuple[ModelGraph, list[LayerCost]]] = {}
+
+    def fallback_for(self, graph: ModelGraph) -> ComputeModel:
+        if self._fallback is not None:
+            return self._fallback
+        if graph.dtype not in self._analytical:
+            self._analytical[graph.dtype] = AnalyticalCompute(graph.dtype)
+        return self._analytical[graph.dtype]
+
+    def _type(self, name: str) -> DeviceType | None:
+        return self.types.get(name) or catalog_resolver(name)
+
+    def _matching(self, graph: ModelGraph) -> dict[str, Profile]:
+        """One profile per measured device type (widest batch range, then newest)."""
+        best: dict[str, Profile] = {}
+        for p in self.profiles:
+            if not profile_matches(p, graph):
+                continue
+            cur = best.get(p.device_type)
+            rank = (max(p.batch_sizes), len(p.batch_sizes), p.timestamp)
+            if cur is None or rank > (max(cur.batch_sizes), len(cur.batch_sizes), cur.timestamp):
+                best[p.device_type] = p
+        return best
+
+    def layer_costs(self, graph: ModelGraph, device: Device, batch: int) -> list[LayerCost]:
+        """Measured, scaled or fallback cost of every layer (each says its source)."""
+        # The planner asks for the same triples many times; the graph is kept in the value
+        # so that its id cannot be reused by another graph while cached.
+        key = (id(graph), id(device.type), device.type.name, device.speed, batch)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is graph:
+            return list(hit[1])
+        if len(self._cache) >= CACHE_ENTRIES:
+            self._cache.clear()
+        costs = self._costs(graph, device, batch)
+        self._cache[key] = (graph, costs)
+        return list(costs)
+
+    def _costs(self, graph: ModelGraph, device: Device, batch: int) -> list[LayerCost]:
+        measured = self._matching(graph)
+        own = measured.get(device.type.name)
+        if own is not None:
+            return _measured_costs(own, graph, batch, device.speed, self.include_loss)
+        refs = [
+            (p, t) for name, p in sorted(measured.items()) if (t := self._type(name)) is not None
+        ]
+        if not refs:
+            return self.fallback_for(graph).layer_costs(graph, device, batch)
+        return self._scaled(graph, device, batch, refs)
+
+    def _scaled(
+        self,
+        graph: ModelGraph,
+        device: Device,
+        batch: int,
+        refs: list[tuple[Profile, DeviceType]],
+    ) -> list[LayerCost]:
+        fallback = self.fallback_for(graph)
+        # Analytical times at full speed; the speed share is applied once, at the end.
+        target = fallback.layer_costs(graph, dataclasses.replace(device, speed=1.0), batch)
+        options = []
+        for profile, ref_type in refs:
+            ref_dev = dataclasses.replace(device, type=ref_type, speed=1.0)
+            ref = fallback.layer_costs(graph, ref_dev, batch)
+            options.append((_log_distance(target, ref), profile, ref))
+        _, profile, ref = min(options, key=lambda o: (o[0], o[1].device_type))
+        base = _measured_costs(profile, graph, batch, 1.0, self.include_loss)
+        fwd_total = _ratio(sum(c.fwd_s for c in target), sum(c.fwd_s for c in ref), 1.0)
+        bwd_total = _ratio(sum(c.bwd_s for c in target), sum(c.bwd_s for c in ref), 1.0)
+        source = f"scaled from {profile.device_type}"
+        return [
+            LayerCost(
+                fwd_s=m.fwd_s * _ratio(t.fwd_s, r.fwd_s, fwd_total) / device.speed,
+                bwd_s=m.bwd_s * _ratio(t.bwd_s, r.bwd_s, bwd_total) / device.speed,
+                source=source,
+            )
+            for m, t, r in zip(base, target, ref, strict=True)
+        ]
+
+    def optimizer_s(
+        self, graph: ModelGraph, device: Device, layers: Sequence[str] | None = None
+    ) -> float | None:
+        """Measured optimizer-step time of ``layers`` (default: all) on ``device``: the
+        profile's optimizer fit at its largest batch, shared out by parameter bytes, divided
+        by the speed share. None without a profile of the device's own type."""
+        own = self._matching(graph).get(device.type.name)
+        total = graph.total_param_bytes
+        if own is None or total <= 0:
+            return None
+        names = set(layers) if layers is not None else {x.name for x in graph.layers}
+        share = sum(x.param_bytes for x in graph.layers if x.name in names) / total
+        return own.step_fit.optimizer.at(max(own.batch_sizes)) * share / device.speed
+
+
+def _measured_costs(
+    profile: Profile, graph: ModelGraph, batch: int, speed: float, include_loss: bool
+) -> list[LayerCost]:
+    source = f"measured on {profile.device_type}"
+    fits = {f.name: f for f in profile.fits}
+    last = profile.fits[-1].name
+    loss = profile.step_fit.loss
+    out = []
+    for layer in graph.layers:
+        fit = fits[layer.name]
+        fwd, bwd = fit.fwd.at(batch), fit.bwd.at(batch)
+        if include_loss and layer.name == last:
+            fwd, bwd = fwd + loss.fwd.at(batch), bwd + loss.bwd.at(batch)
+        out.append(LayerCost(fwd_s=fwd / speed, bwd_s=bwd / speed, source=source))
+    return out
+
+
+def _ratio(num: float, den: float, default: float) -> float:
+    """``num / den``, or ``default`` where the reference cost is zero."""
+    return num / den if den > 0 else default
+
+
+def _log_distance(a: list[LayerCost], b: list[LayerCost]) -> float:
+    """How far apart two devices are for this model (|log| of the total-time ratio)."""
+    ta = sum(c.fwd_s + c.bwd_s for c in a)
+    tb = sum(c.fwd_s + c.bwd_s for c in b)
+    if ta <= 0 or tb <= 0:
+        return math.inf
+    return abs(math.log(ta / tb))

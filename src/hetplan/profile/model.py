@@ -1,0 +1,155 @@
+"""Profile a named model (zoo, ``file.py:fn``, ``pkg.mod:fn``) on a local device."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import torch
+
+from hetplan.cluster.catalog import DEVICE_CATALOG
+from hetplan.errors import InputError
+from hetplan.graph.data import build_module, loss_function, synthetic_batch
+from hetplan.graph.extract import DTYPES, build_graph
+from hetplan.graph.resolve import resolve_model
+from hetplan.profile.layers import (
+    LossFn,
+    StepSettings,
+    fit_layers,
+    fit_step,
+    inplace_layers,
+    measure_batches,
+)
+from hetplan.profile.timing import device_name, thread_scope
+from hetplan.profile.types import Profile
+
+CPU_TYPE = "cpu"
+"""Catalog type of one CPU core: a CPU profile is filed under it unless told otherwise."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfileRequest:
+    """What to profile and how."""
+
+    model: str
+    dataset: str | None = None
+    batch: int = 16
+    """Largest batch; the default batch set is ``1, batch // 2, batch``."""
+    batch_sizes: tuple[int, ...] | None = None
+    """Explicit batch set (e.g. the micro-batch sizes the planner will ask for)."""
+    device: str = "cpu"
+    """torch device string: ``cpu`` or ``cuda:N``."""
+    device_type: str | None = None
+    """Catalog type to file the profile under; default: ``cpu``, or guessed from the GPU name."""
+    dtype: str = "fp32"
+    depth: int | None = None
+    """Layer depth; default: the model's (the same layers the planner partitions)."""
+    threads: int | None = None
+    """Intra-op threads (``torch.set_num_threads``); None keeps the current setting."""
+    cpus: tuple[int, ...] | None = None
+    """CPU cores to pin the process to while profiling."""
+    warmup: int = 3
+    steps: int = 10
+    optimizer: str = "sgd"
+    """sgd, momentum, adam or none (see :class:`~hetplan.profile.layers.StepSettings`)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch < 1:
+            raise ValueError(f"batch must be >= 1 (got {self.batch})")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be >= 1 (got {self.threads})")
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        if self.batch_sizes:
+            return tuple(sorted(set(self.batch_sizes)))
+        return tuple(sorted({1, max(self.batch // 2, 1), self.batch}))
+
+
+def torch_device(spec: str) -> torch.device:
+    """Parse and check ``spec`` (``cpu``, ``cuda``, ``cuda:N``)."""
+    try:
+        dev = torch.device(spec)
+    except RuntimeError:
+        raise InputError(f"--device {spec!r}: expected cpu or cuda:N") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {spec!r}: CUDA is not available on this machine")
+        index = dev.index or 0
+        if index >= torch.cuda.device_count():
+            n = torch.cuda.device_count()
+            raise InputError(f"--device {spec!r}: only {n} CUDA device(s) here")
+        return torch.device("cuda", index)
+    if dev.type != "cpu":
+        raise InputError(f"--device {spec!r}: expected cpu or cuda:N")
+    return dev
+
+
+def guess_device_type(name: str) -> str | None:
+    """The catalog type whose name parts all occur in a GPU name (``NVIDIA A100-SXM4-40GB`` ->
+    ``A100-40GB``); the longest match wins; None if none matches."""
+    upper = name.upper()
+    hits = [t for t in DEVICE_CATALOG if all(p.upper() in upper for p in t.split("-"))]
+    return max(hits, key=len) if hits else None
+
+
+def _device_type(req: ProfileRequest, dev: torch.device, hw_name: str) -> str:
+    if req.device_type:
+        return req.device_type
+    if dev.type == "cpu":
+        return CPU_TYPE
+    guess = guess_device_type(hw_name)
+    if guess is None:
+        raise InputError(f"GPU {hw_name!r} matches no catalog device type; name one with --type")
+    return guess
+
+
+def profile_model(req: ProfileRequest) -> Profile:
+    """Measure every layer of ``req.model`` at each batch size and fit ``a + k*b`` per layer."""
+    if req.dtype not in DTYPES:
+        raise InputError(f"dtype {req.dtype!r}: expected one of {', '.join(DTYPES)}")
+    dev = torch_device(req.device)
+    built = resolve_model(req.model, req.dataset)
+    graph = build_graph(built, depth=req.depth, dtype=req.dtype)
+    names = [layer.name for layer in graph.layers]
+    tdtype = DTYPES[req.dtype]
+    module = build_module(built, dev, req.seed, dtype=tdtype)
+    loss = loss_function(built)
+
+    def make_batch(b: int) -> tuple[Any, LossFn]:
+        inputs, targets = synthetic_batch(built, b, dev, req.seed, dtype=tdtype)
+        return inputs, lambda out: loss(out, targets)
+
+    settings = StepSettings(warmup=req.warmup, steps=req.steps, optimizer=req.optimizer)
+    hw_name = device_name(dev)
+    with thread_scope(req.threads, req.cpus) as threads:
+        timings = measure_batches(
+            module, make_batch, names, req.sizes, device=dev, settings=settings
+        )
+    fits = fit_layers(timings)
+    notes = list(graph.notes)
+    if inplace := inplace_layers(module, names):
+        notes.append(f"in-place ops in {', '.join(inplace)}: timed at layer boundaries")
+    return Profile(
+        device_type=_device_type(req, dev, hw_name),
+        device_name=hw_name,
+        device=str(dev),
+        model=graph.name,
+        dataset=built.dataset,
+        input_shape=tuple(graph.input_shape),
+        dtype=req.dtype,
+        threads=threads,
+        cpus=req.cpus,
+        warmup=req.warmup,
+        steps=req.steps,
+        optimizer=req.optimizer,
+        batch_sizes=req.sizes,
+        batches=tuple(timings),
+        fits=tuple(fits),
+        step_fit=fit_step(timings),
+        timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
+        torch_version=str(torch.__version__),
+        notes=tuple(notes),
+    )

@@ -1,0 +1,100 @@
+"""The agent process of :func:`hetplan.run.launch.launch_local` (``python -m``; not an API).
+
+Runs torch's elastic agent for one local node and writes the ranks' results, or the failures
+with their causes, to ``result.pkl`` in the folder given as the only argument.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import pickle
+import signal
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+from hetplan.run.launch import RESULT_FILE, SPEC_FILE, LaunchSpec
+
+MONITOR_INTERVAL_S = 0.1  # how often the agent polls its ranks (torch's default)
+START_METHOD = "forkserver"  # ranks fork from one server that imported torch once
+
+
+def describe_failure(failure: Any) -> tuple[str, str]:
+    """(cause, traceback) of a torchelastic ProcessFailure: the exception or the signal."""
+    exitcode = int(failure.exitcode)
+    if exitcode < 0:
+        name = failure.signal_name()
+        hint = " (out of memory?)" if name == "SIGKILL" else ""
+        return f"killed by signal {name}{hint}", ""
+    message = failure.message
+    details = ""
+    if isinstance(message, dict):
+        details = str(message.get("extraInfo", {}).get("py_callstack", ""))
+        message = message.get("message", "")
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    if not lines or "elastic/errors.html" in lines[0]:
+        return f"exited with code {exitcode}", details
+    cause = lines[0]
+    if cause.endswith(":") and len(lines) > 1:  # "RuntimeError:" with the text below
+        cause = f"{cause} {lines[1]}"
+    return cause, details
+
+
+def run(spec: LaunchSpec) -> dict[str, Any]:
+    # Imported here, not at the top: main() starts the forkserver before torch is loaded.
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: PLC0415
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # noqa: PLC0415
+
+    from hetplan.run._rank import rank_main  # noqa: PLC0415
+
+    config = LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=spec.world_size,
+        run_id=uuid.uuid4().hex,
+        rdzv_backend="c10d",
+        rdzv_endpoint="127.0.0.1:0",  # port 0: the store picks a free port
+        rdzv_configs={"timeout": int(max(1, spec.rdzv_timeout_s))},
+        max_restarts=0,
+        monitor_interval=MONITOR_INTERVAL_S,
+        start_method=START_METHOD,
+    )
+    launcher = elastic_launch(config, rank_main)
+    try:
+        values = launcher(spec.entry, spec.payload, spec.cpus, spec.backend, spec.rdzv_timeout_s)
+    except ChildFailedError as err:
+        failures = []
+        for rank, failure in sorted(err.failures.items()):
+            cause, details = describe_failure(failure)
+            failures.append((int(rank), cause, details))
+        return {"failures": failures}
+    return {"values": dict(values)}
+
+
+def main(argv: list[str]) -> int:
+    folder = Path(argv[1])
+    spec: LaunchSpec = pickle.loads((folder / SPEC_FILE).read_bytes())
+    # Start the forkserver now, so that it imports torch while this process does too.
+    multiprocessing.set_forkserver_preload(["torch", "hetplan.run._rank", *spec.preload])
+    multiprocessing.forkserver.ensure_running()
+    try:
+        result = run(spec)
+    except BaseException as err:  # reported to the caller, which raises RunError
+        result = {"error": f"{type(err).__name__}: {err}"}
+    tmp = folder / (RESULT_FILE + ".tmp")
+    tmp.write_bytes(pickle.dumps(result))
+    tmp.replace(folder / RESULT_FILE)
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    code = main(sys.argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip the interpreter's slow teardown (about 1 s with torch loaded): the result is
+    # written, and the caller kills whatever is left of this session.
+    os._exit(code)

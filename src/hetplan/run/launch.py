@@ -1,0 +1,225 @@
+"""Start ranks on this machine with torch's elastic launcher and collect their results.
+
+``launch_local`` runs torch's elastic agent (``torch.distributed.launcher.api.elastic_launch``,
+the engine behind ``torchrun``) in a child process of its own session: the agent starts the
+ranks, watches them (every 0.1 s) and tears them down when one fails. Running the agent in its
+own session lets the caller bound the whole run and kill every process of it (agent, ranks,
+forkserver) with one ``killpg``, so that no failure leaves orphans behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib import import_module
+from pathlib import Path
+from typing import Any
+
+from hetplan.errors import HetplanError, InputError
+
+RESULT_FILE = "result.pkl"
+SPEC_FILE = "spec.pkl"
+LOG_FILE = "agent.log"
+LOG_TAIL_CHARS = 4000  # characters of the agent's log kept in RunError.details
+KILL_WAIT_S = 10.0  # seconds to wait for killed processes to be gone
+
+
+class RunError(HetplanError):
+    """A distributed run that failed: the message names the rank and the cause (one line)."""
+
+    def __init__(self, message: str, *, rank: int | None = None, details: str = "") -> None:
+        super().__init__(message)
+        self.rank = rank
+        """The failed rank, where one is known."""
+        self.details = details
+        """Traceback of the failed rank or the tail of the launcher's log."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankContext:
+    """What a rank's entry function is told about itself."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: str
+    """``cpu`` or ``cuda:<local_rank>``."""
+    backend: str
+    """``gloo`` or ``nccl``; the default process group is initialised with it."""
+    cpus: tuple[int, ...] | None = None
+    """CPU cores this rank is pinned to, if any."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchSpec:
+    """Everything the agent process needs (pickled into the run's temporary folder)."""
+
+    entry: str
+    world_size: int
+    payload: bytes
+    """Pickled, and unpickled only in the ranks (the agent need not import its classes)."""
+    cpus: list[tuple[int, ...] | None]
+    backend: str
+    rdzv_timeout_s: float
+    preload: list[str] = field(default_factory=list)
+
+
+def resolve_entry(entry: str) -> Any:
+    """Import ``package.module:function``; InputError if it does not exist."""
+    module_name, sep, attr = entry.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"entry {entry!r}: expected 'package.module:function'")
+    try:
+        module = import_module(module_name)
+    except ImportError as err:
+        raise InputError(f"entry {entry!r}: cannot import {module_name} ({err})") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise InputError(f"entry {entry!r}: {module_name} has no function {attr!r}")
+    return fn
+
+
+def default_backend(world_size: int) -> str:
+    """nccl when every local rank can have its own GPU, gloo otherwise."""
+    import torch  # noqa: PLC0415  (the agent process imports this module before torch)
+
+    if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
+        return "nccl"
+    return "gloo"
+
+
+def launch_local(
+    entry: str,
+    world_size: int,
+    *,
+    payload: dict[str, Any],
+    cpus: Sequence[tuple[int, ...] | None] | None = None,
+    timeout_s: float = 300.0,
+    rdzv_timeout_s: float = 30.0,
+) -> list[Any]:
+    """Run ``entry(ctx, payload)`` in ``world_size`` local ranks; return their results by rank.
+
+    ``cpus[r]`` pins rank ``r`` to those cores (``os.sched_setaffinity``) with as many intra-op
+    threads. ``rdzv_timeout_s`` bounds the joining of the process group (a rank that never
+    joins) and is the default group's collective timeout; ``timeout_s`` bounds the whole run.
+    Raises RunError naming the failed rank and the cause; no process of the run survives it.
+    """
+    if world_size < 1:
+        raise InputError(f"world_size: must be >= 1 (got {world_size})")
+    cpu_list: list[tuple[int, ...] | None] = list(cpus) if cpus else [None] * world_size
+    if len(cpu_list) != world_size:
+        raise InputError(f"cpus: {len(cpu_list)} entries for {world_size} ranks")
+    _check_cpus(cpu_list)
+    resolve_entry(entry)  # fail here, not in every rank
+    spec = LaunchSpec(
+        entry=entry,
+        world_size=world_size,
+        payload=pickle.dumps(payload),
+        cpus=cpu_list,
+        backend=default_backend(world_size),
+        rdzv_timeout_s=rdzv_timeout_s,
+        preload=[m for m in [entry.partition(":")[0]] if m.startswith("hetplan.")],
+    )
+    with tempfile.TemporaryDirectory(prefix="hetplan-run-") as tmp:
+        folder = Path(tmp)
+        (folder / SPEC_FILE).write_bytes(pickle.dumps(spec))
+        _run_agent(folder, timeout_s)
+        return _read_result(folder)
+
+
+def _check_cpus(cpus: list[tuple[int, ...] | None]) -> None:
+    offered = os.sched_getaffinity(0)
+    for rank, mine in enumerate(cpus):
+        missing = sorted(set(mine or ()) - offered)
+        if missing:
+            raise InputError(
+                f"cpus: rank {rank} is to be pinned to core(s) {missing}, but this process may "
+                f"only use cores {sorted(offered)}"
+            )
+
+
+def _run_agent(folder: Path, timeout_s: float) -> None:
+    env = dict(os.environ)
+    # Ranks import the entry the way the caller does (tests, user modules).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    with open(folder / LOG_FILE, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hetplan.run._agent", str(folder)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_session(proc)
+            raise RunError(
+                f"run exceeded its time limit of {timeout_s:g} s; every rank was killed",
+                details=_log_tail(folder),
+            ) from None
+        finally:
+            _kill_session(proc)
+
+
+def _kill_session(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL every process of the agent's session (agent, ranks, forkserver) and wait until
+    none is left running (SIGKILL is delivered asynchronously)."""
+    deadline = time.monotonic() + KILL_WAIT_S
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    while _group_members(proc.pid) and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        time.sleep(0.02)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group ``pgid``; [] where /proc is missing."""
+    members = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # stat(5): state, ppid, pgrp
+            members.append(int(entry.name))
+    return members
+
+
+def _log_tail(folder: Path) -> str:
+    try:
+        text = (folder / LOG_FILE).read_text(errors="replace")
+    except OSError:
+        return ""
+    return text[-LOG_TAIL_CHARS:]
+
+
+def _read_result(folder: Path) -> list[Any]:
+    path = folder / RESULT_FILE
+    if not path.exists():
+        tail = _log_tail(folder)
+        last = tail.strip().splitlines()[-1] if tail.strip() else "no output"
+        raise RunError(f"launcher died without a result: {last}", details=tail)
+    result = pickle.loads(path.read_bytes())
+    if "values" in result:
+        values: dict[int, Any] = result["values"]
+        return [values[r] for r in sorted(values)]
+    if "failures" in result:
+        rank, cause, details = result["failures"][0]
+        return _raise_failure(rank, cause, details, folder)
+    raise RunError(f"launcher failed: {result['error']}", details=_log_tail(folder))
+
+
+def _raise_failure(rank: int, cause: str, details: str, folder: Path) -> list[Any]:
+    raise RunError(f"rank {rank} failed: {cause}", rank=rank, details=details or _log_tail(folder))

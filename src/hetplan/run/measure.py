@@ -1,0 +1,143 @@
+"""What a run measured: step times after warm-up, per-rank compute and waiting, peak memory.
+
+Per rank and step: ``step_s`` (zero_grad to the end of the optimizer step), ``forward_s`` and
+``backward_s`` (the stage's own compute, from hooks; see :mod:`hetplan.run.timing`),
+``optimizer_s``, and ``wait_s = step_s - forward_s - backward_s - optimizer_s``: time spent in
+communication that compute did not hide and in waiting (pipeline bubbles, slower peers).
+The iteration time of a step is the slowest rank's step time; ``measured_iteration_s`` is the
+median over the timed steps, with the 10th and 90th percentiles as its spread.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetplan.plan.types import Plan
+from hetplan.serde import to_data, write_json_atomic
+
+DEFAULT_OUT_DIR = Path("out")
+
+
+@dataclass(kw_only=True)
+class RankFigures:
+    """One rank's medians over the timed steps (seconds) and its peak memory."""
+
+    rank: int
+    device: str
+    pipeline: int
+    stage: int
+    step_s: float
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    wait_s: float
+    """Communication not hidden by compute, plus waiting (bubbles, slower peers)."""
+    peak_memory_bytes: int
+    memory_source: str
+    """``cuda.max_memory_allocated`` or ``peak RSS`` (includes the runtime's footprint)."""
+
+
+@dataclass(kw_only=True)
+class Measurement:
+    """A measured run of a plan, side by side with its prediction where there is one."""
+
+    plan: Plan
+    cluster: str | None
+    steps: int
+    warmup: int
+    measured_iteration_s: float
+    """Median over timed steps of the slowest rank's step time."""
+    iteration_p10_s: float
+    iteration_p90_s: float
+    iteration_s: list[float]
+    """Every timed step's iteration time."""
+    loss: list[float]
+    """Global-batch mean loss of every step (warm-up included)."""
+    ranks: list[RankFigures]
+    predicted_iteration_s: float | None = None
+    relative_error: float | None = None
+    """(measured - predicted) / predicted."""
+    prediction_source: str = ""
+    """What the prediction used (compute model), or why there is none."""
+    notes: list[str] = field(default_factory=list)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (numpy's default) of a non-empty list, q in [0, 100]."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def summarize(
+    plan: Plan, raw: list[dict[str, Any]], *, warmup: int, cluster: str | None = None
+) -> Measurement:
+    """Build the Measurement from the ranks' raw results (see :func:`hetplan.run.worker`)."""
+    total = len(raw[0]["step_s"])
+    timed = range(warmup, total)
+    iteration = [max(r["step_s"][i] for r in raw) for i in timed]
+    loss = [sum(r["loss"][i] for r in raw if r["loss"][i] is not None) for i in range(total)]
+    return Measurement(
+        plan=plan,
+        cluster=cluster,
+        steps=len(iteration),
+        warmup=warmup,
+        measured_iteration_s=statistics.median(iteration),
+        iteration_p10_s=percentile(iteration, 10),
+        iteration_p90_s=percentile(iteration, 90),
+        iteration_s=iteration,
+        loss=loss,
+        ranks=[_rank_figures(r, warmup) for r in raw],
+    )
+
+
+def _rank_figures(r: dict[str, Any], warmup: int) -> RankFigures:
+    def med(key: str) -> float:
+        return float(statistics.median(r[key][warmup:]))
+
+    waits = [
+        s - f - b - o
+        for s, f, b, o in zip(
+            r["step_s"], r["forward_s"], r["backward_s"], r["optimizer_s"], strict=True
+        )
+    ][warmup:]
+    return RankFigures(
+        rank=r["rank"],
+        device=r["device"],
+        pipeline=r["pipeline"],
+        stage=r["stage"],
+        step_s=med("step_s"),
+        forward_s=med("forward_s"),
+        backward_s=med("backward_s"),
+        optimizer_s=med("optimizer_s"),
+        wait_s=statistics.median(waits),
+        peak_memory_bytes=int(r["peak_memory_bytes"]),
+        memory_source=r["memory_source"],
+    )
+
+
+def with_prediction(m: Measurement, predicted_s: float | None, source: str) -> Measurement:
+    """``m`` with the predicted iteration time and the relative error filled in."""
+    m.predicted_iteration_s = predicted_s
+    m.prediction_source = source
+    if predicted_s is not None and predicted_s > 0:
+        m.relative_error = (m.measured_iteration_s - predicted_s) / predicted_s
+    return m
+
+
+def default_path(plan: Plan) -> Path:
+    """``out/measure-<model>-<strategy>-<ranks>.json``."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in plan.model.name)
+    return DEFAULT_OUT_DIR / f"measure-{safe}-{plan.strategy}-{len(plan.devices)}.json"
+
+
+def save_measurement(m: Measurement, path: Path) -> Path:
+    """Write ``m`` as JSON (atomically), creating the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, to_data(m))
+    return path

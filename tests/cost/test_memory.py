@@ -1,0 +1,88 @@
+"""Stage memory breakdown and in-flight micro-batch counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetplan.cost.memory import (
+    in_flight_microbatches,
+    stage_memory,
+    stashed_weight_versions,
+)
+from hetplan.graph.types import LayerInfo
+
+
+def layer(name: str, params: int, param_bytes: int, saved: int) -> LayerInfo:
+    return LayerInfo(
+        name=name,
+        fwd_flops=0,
+        bwd_flops=0,
+        params=params,
+        param_bytes=param_bytes,
+        out_bytes=0,
+        saved_bytes=saved,
+        fwd_io_bytes=0,
+        bwd_io_bytes=0,
+    )
+
+
+TOY = [layer("a", 1000, 4000, 100), layer("b", 500, 2000, 50)]
+
+
+def test_two_layer_toy_by_hand() -> None:
+    m = stage_memory(TOY, micro_batch=4, in_flight=3, optimizer="adam", framework_bytes=0)
+    assert m.weights == 6000
+    assert m.grads == 6000
+    assert m.optimizer == 1500 * 2 * 4  # two fp32 slots per parameter
+    assert m.activations == 150 * 4 * 3
+    assert m.total == 6000 + 6000 + 12000 + 1800
+
+
+def test_recompute_stash_buffers_framework() -> None:
+    m = stage_memory(
+        TOY,
+        micro_batch=4,
+        in_flight=3,
+        optimizer="momentum",
+        recompute=True,
+        input_bytes=20,
+        stashed_versions=2,
+        bucket_bytes=777,
+        framework_bytes=1000,
+    )
+    # Stage input per in-flight micro-batch + one micro-batch's saved activations.
+    assert m.activations == 20 * 4 * 3 + 150 * 4
+    assert m.optimizer == 1500 * 4
+    assert m.stashed_weights == 2 * 6000
+    assert m.comm_buffers == 777
+    assert m.total == 6000 * 2 + 6000 + 840 + 12000 + 777 + 1000
+
+
+def test_tensor_parallel_and_mixed_precision() -> None:
+    half = [layer("a", 1000, 2000, 100), layer("b", 500, 1000, 50)]
+    m = stage_memory(
+        half, micro_batch=2, in_flight=1, optimizer="adam", dtype_bytes=2, tp=2, framework_bytes=0
+    )
+    assert m.weights == 1500
+    # Per parameter: two fp32 Adam slots + an fp32 master copy, on 750 params per rank.
+    assert m.optimizer == 750 * (8 + 4)
+    assert m.activations == 150 * 2 / 2
+    sgd = stage_memory(TOY, micro_batch=1, in_flight=1, optimizer="sgd", framework_bytes=0)
+    assert sgd.optimizer == 0
+
+
+def test_bad_optimizer() -> None:
+    with pytest.raises(ValueError, match="optimizer"):
+        stage_memory(TOY, micro_batch=1, in_flight=1, optimizer="lion")
+
+
+def test_in_flight_counts() -> None:
+    assert [in_flight_microbatches("gpipe", s, 4, 8) for s in range(4)] == [8, 8, 8, 8]
+    assert [in_flight_microbatches("1f1b", s, 4, 8) for s in range(4)] == [4, 3, 2, 1]
+    assert [in_flight_microbatches("1f1b", s, 4, 2) for s in range(4)] == [2, 2, 2, 1]
+    assert [in_flight_microbatches("pipedream", s, 4, 2) for s in range(4)] == [4, 3, 2, 1]
+    assert in_flight_microbatches("dp", 0, 1, 1) == 1
+    assert in_flight_microbatches("ps", 0, 1, 4) == 1
+    assert [stashed_weight_versions(s, 4) for s in range(4)] == [3, 2, 1, 0]
+    with pytest.raises(ValueError, match="strategy"):
+        in_flight_microbatches("zero", 0, 1, 1)

@@ -1,0 +1,185 @@
+"""Pure parts of the runtime: rank layout, plan checks, torchrun commands, summaries."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from hetplan.cluster import load_cluster
+from hetplan.errors import InputError
+from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.run._agent import describe_failure
+from hetplan.run._rank import is_peer_loss
+from hetplan.run.commands import torchrun_commands
+from hetplan.run.layout import check_executable, pipeline_ranks, rank_roles, stage_ranks
+from hetplan.run.measure import percentile, summarize, with_prediction
+from hetplan.run.model import MLPSource, layer_names, slice_children
+from hetplan.run.timing import StageClock
+
+CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
+LAYERS = ["fc0", "act0", "fc1", "act1", "head"]
+
+
+def _hybrid(strategy: str = "hybrid", micro: int = 2) -> Plan:
+    return Plan(
+        model=ModelRef(name="mlp"),
+        strategy=strategy,  # type: ignore[arg-type]
+        global_batch=12,
+        micro_batches=micro,
+        pipelines=[
+            PipelinePlan(
+                stages=[
+                    StagePlan(layers=LAYERS[:3], devices=[f"v100.{2 * p}"]),
+                    StagePlan(layers=LAYERS[3:], devices=[f"v100.{2 * p + 1}"]),
+                ],
+                batch=b,
+            )
+            for p, b in enumerate([8, 4])
+        ],
+    )
+
+
+def test_rank_roles_and_groups() -> None:
+    plan = _hybrid()
+    roles = rank_roles(plan)
+    assert [(r.rank, r.pipeline, r.stage, r.device) for r in roles] == [
+        (0, 0, 0, "v100.0"),
+        (1, 0, 1, "v100.1"),
+        (2, 1, 0, "v100.2"),
+        (3, 1, 1, "v100.3"),
+    ]
+    assert [(r.batch, r.batch_offset) for r in roles] == [(8, 0), (8, 0), (4, 8), (4, 8)]
+    assert pipeline_ranks(plan) == [[0, 1], [2, 3]]
+    assert stage_ranks(plan) == [[0, 2], [1, 3]]
+
+
+def test_not_executable_strategies_say_so() -> None:
+    plan = Plan(
+        model=ModelRef(name="mlp"),
+        strategy="ps",
+        global_batch=4,
+        ps_devices=["a"],
+        pipelines=[PipelinePlan(stages=[StagePlan(layers=LAYERS, devices=["a"])], batch=4)],
+    )
+    with pytest.raises(
+        InputError, match=r"^strategy ps is not executable yet \(see docs/run\.md\)"
+    ):
+        check_executable(plan, LAYERS)
+
+
+def test_plan_checks_name_the_numbers() -> None:
+    with pytest.raises(InputError, match=r"pipelines.1.batch \(5\) must be a multiple of"):
+        plan = _hybrid(micro=2)
+        plan.pipelines[1].batch = 5
+        check_executable(plan, LAYERS)
+    one = Plan(
+        model=ModelRef(name="mlp"),
+        strategy="1f1b",
+        global_batch=8,
+        micro_batches=1,
+        pipelines=[_hybrid().pipelines[0]],
+    )
+    with pytest.raises(InputError, match=r"micro_batches \(1\) must be >= stages \(2\)"):
+        check_executable(one, LAYERS)
+    with pytest.raises(
+        InputError,
+        match=r"model: fc0, act0, fc1, act1, head, extra; plan: fc0, act0, fc1, act1, head$",
+    ):
+        check_executable(_hybrid(), [*LAYERS, "extra"])
+
+
+def test_stage_slices_keep_parameter_names() -> None:
+    model = MLPSource(widths=(3, 4, 2)).build(0, "cpu")
+    assert layer_names(MLPSource(widths=(3, 4, 2))) == ["fc0", "act0", "head"]
+    stage = slice_children(model, ["act0", "head"])
+    assert [n for n, _ in stage.named_parameters()] == ["head.weight", "head.bias"]
+    assert stage.head is model.head
+
+
+def test_torchrun_commands_one_per_node() -> None:
+    cluster = load_cluster(CLUSTERS / "hetero-2node.yaml")
+    plan = Plan(
+        model=ModelRef(name="vgg11", dataset="cifar10"),
+        strategy="gpipe",
+        global_batch=8,
+        micro_batches=4,
+        pipelines=[
+            PipelinePlan(
+                stages=[
+                    StagePlan(layers=["a"], devices=["v100.0"]),
+                    StagePlan(layers=["b"], devices=["v100.1"]),
+                    StagePlan(layers=["c"], devices=["t4.0"]),
+                    StagePlan(layers=["d"], devices=["t4.1"]),
+                ],
+                batch=8,
+            )
+        ],
+    )
+    cmds = torchrun_commands(
+        plan, cluster, plan_path=Path("p.json"), cluster_path=Path("c.yaml"), steps=5, warmup=2
+    )
+    assert [shlex.split(c) for c in cmds] == [
+        [
+            "torchrun", "--nnodes", "2", "--node-rank", str(i), "--nproc-per-node", "2",
+            "--max-restarts", "0", "--rdzv-backend", "static", "--rdzv-endpoint", "v100:29500",
+            "-m", "hetplan.run.worker", "--plan", "p.json", "--cluster", "c.yaml",
+            "--steps", "5", "--warmup", "2",
+        ]
+        for i in range(2)
+    ]  # fmt: skip
+    plan.pipelines[0].stages[3].devices = ["v100.2"]
+    with pytest.raises(InputError, match="not contiguous"):
+        torchrun_commands(plan, cluster, plan_path=Path("p"), cluster_path=Path("c"))
+
+
+def test_summary_medians_and_error() -> None:
+    plan = _hybrid()
+    raw = [
+        {
+            "rank": r, "device": f"d{r}", "pipeline": r // 2, "stage": r % 2,
+            "step_s": [9.0, 1.0 + r, 2.0 + r, 3.0 + r],
+            "forward_s": [0.0, 0.25, 0.25, 0.25],
+            "backward_s": [0.0, 0.5, 0.5, 0.5],
+            "optimizer_s": [0.0, 0.125, 0.125, 0.125],
+            "loss": [0.5, 0.25, 0.25, 0.25] if r % 2 else [None] * 4,
+            "peak_memory_bytes": 100, "memory_source": "peak RSS",
+        }
+        for r in range(4)
+    ]  # fmt: skip
+    m = summarize(plan, raw, warmup=1)
+    # Slowest rank (3) per timed step: 4, 5, 6.
+    assert m.iteration_s == [4.0, 5.0, 6.0]
+    assert m.measured_iteration_s == 5.0
+    assert m.iteration_p10_s == pytest.approx(4.2)
+    assert m.loss == [1.0, 0.5, 0.5, 0.5]
+    assert m.ranks[0].step_s == 2.0
+    assert m.ranks[0].wait_s == pytest.approx(2.0 - 0.875)
+    m = with_prediction(m, 4.0, "analytical")
+    assert m.relative_error == pytest.approx(0.25)
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+
+
+def test_failure_descriptions() -> None:
+    killed = SimpleNamespace(exitcode=-signal.SIGKILL, signal_name=lambda: "SIGKILL")
+    assert describe_failure(killed)[0] == "killed by signal SIGKILL (out of memory?)"
+    msg = {"message": "RuntimeError: \n  Failed to run\n more", "extraInfo": {"py_callstack": "tb"}}
+    raised = SimpleNamespace(exitcode=1, message=msg)
+    assert describe_failure(raised) == ("RuntimeError: Failed to run", "tb")
+    assert is_peer_loss(
+        RuntimeError("[pair.cc:537] Read error [127.0.0.1]: Connection reset by peer")
+    )
+    assert not is_peer_loss(ValueError("Connection reset by peer"))
+
+
+def test_stage_clock_times_forward_and_backward() -> None:
+    model = MLPSource(widths=(3, 4, 2)).build(0, "cpu")
+    clock = StageClock(model, "cpu")
+    model(torch.randn(5, 3)).sum().backward()
+    fwd, bwd = clock.take()
+    assert fwd > 0 and bwd > 0
+    assert clock.take() == (0.0, 0.0)
