@@ -146,7 +146,7 @@ def test_example_loads_and_round_trips(path: Path, tmp_path: Path) -> None:
 
 def test_expected_examples_exist() -> None:
     names = {p.stem for p in EXAMPLES}
-    assert {"homogeneous-4gpu", "hetero-2node", "edge", "big-64", "local-cpu",
+    assert {"homogeneous-4gpu", "hetero-2node", "edge", "big-64", "local-cpu", "local-cpu-4on2",
             "local-cpu-hetero"} <= names  # fmt: skip
 
 

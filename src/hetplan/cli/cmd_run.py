@@ -13,6 +13,7 @@ from hetplan.cli.output import console, print_json
 from hetplan.cluster import load_cluster
 from hetplan.plan.types import Plan
 from hetplan.run.commands import torchrun_commands
+from hetplan.run.launch import RunError
 from hetplan.run.measure import Measurement, default_path, save_measurement, with_prediction
 from hetplan.run.model import source_for
 from hetplan.run.train import check_plan, measure_plan, predicted_iteration_s
@@ -88,7 +89,12 @@ def train_cmd(
             typer.echo(line)
         return
     check_plan(plan, clus, source_for(plan.model))
-    measured = measure_plan(plan, clus, steps=steps, warmup=warmup, timeout_s=timeout)
+    try:
+        measured = measure_plan(plan, clus, steps=steps, warmup=warmup, timeout_s=timeout)
+    except RunError as err:  # the failed rank's traceback, then the one-line error
+        if err.details:
+            typer.echo(err.details.rstrip(), err=True)
+        raise
     predicted, source = predicted_iteration_s(plan, clus)
     measured = with_prediction(measured, predicted, source)
     path = save_measurement(measured, out or default_path(plan))

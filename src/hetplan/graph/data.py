@@ -65,6 +65,5 @@ def loss_function(built: BuiltModel) -> LossFn:
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
         return lm_loss
-    if built.task == "classify":
-        return F.cross_entropy  # type: ignore[no-any-return]
-    return F.mse_loss  # type: ignore[no-any-return]
+    loss: LossFn = F.cross_entropy if built.task == "classify" else F.mse_loss
+    return loss

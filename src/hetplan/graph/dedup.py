@@ -25,67 +25,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hetplan.graph.signature import signatures, stand_in_candidates
+
 if TYPE_CHECKING:
     from hetplan.graph.trace import TraceState
-
-_PLAIN = (int, float, str, bool, type(None), torch.dtype, torch.device)
-
-
-def _value_sig(value: Any) -> Hashable:
-    if isinstance(value, _PLAIN):
-        return value
-    if isinstance(value, tuple | list):
-        return tuple(_value_sig(v) for v in value)
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), value.dtype, tuple(value.stride()))
-    if callable(value):
-        return ("callable", id(value))
-    return ("object", type(value).__qualname__)
-
-
-def _module_sig(m: nn.Module) -> Hashable | None:
-    if "forward" in m.__dict__ or m._forward_hooks or m._forward_pre_hooks:
-        return None
-    if m._backward_hooks or m._backward_pre_hooks:
-        return None
-    attrs = tuple((k, _value_sig(v)) for k, v in sorted(vars(m).items()) if not k.startswith("_"))
-    return (type(m), m.training, attrs)
-
-
-def layer_signature(module: nn.Module) -> Hashable | None:
-    """Everything that decides what a layer computes, or None if it cannot be compared."""
-    subs = [_module_sig(m) for m in module.modules()]
-    if any(s is None for s in subs):
-        return None
-    named = [*module.named_parameters(), *module.named_buffers()]
-    tensors = tuple((n, *_value_sig(t), t.requires_grad) for n, t in named)  # type: ignore[misc]
-    return (repr(module), tuple(subs), tensors)
 
 
 def storage_key(t: torch.Tensor) -> int:
     """Identity of the memory behind ``t`` (shared by all its views)."""
     return int(t.untyped_storage()._cdata)
-
-
-def signatures(layers: list[nn.Module]) -> list[Hashable | None]:
-    """:func:`layer_signature` of each layer; None for one sharing a parameter with another."""
-    owners: dict[int, int] = {}
-    for pos, m in enumerate(layers):
-        for p in m.parameters():
-            owners[id(p)] = -1 if owners.get(id(p), pos) != pos else pos
-    return [
-        None if any(owners[id(p)] < 0 for p in m.parameters()) else layer_signature(m)
-        for m in layers
-    ]
-
-
-def stand_in_candidates(sigs: list[Hashable | None]) -> set[int]:
-    """Positions whose two predecessors and successor (in module order) are identical."""
-    return {
-        pos
-        for pos in range(2, len(sigs) - 1)
-        if sigs[pos] is not None and sigs[pos - 2] == sigs[pos - 1] == sigs[pos] == sigs[pos + 1]
-    }
 
 
 _Meta = tuple[tuple[int, ...], torch.dtype, bool, torch.device]
@@ -106,7 +54,7 @@ class Template:
     idx: int
     """Execution index of the traced layer."""
     in_meta: _Meta
-    out_meta: _Meta
+    """Its input's; its output's is the same (a chain of identical layers)."""
     read_bytes: int
     """Largest view of its input any of its forward ops read (data-flow size of the input)."""
     saves_output: bool
@@ -121,6 +69,8 @@ class _Call:
     pos: int
     idx: int
     out: torch.Tensor
+    ops: int
+    """Ops recorded so far when it ended."""
 
 
 class _StandIn(torch.autograd.Function):  # type: ignore[misc]
@@ -154,17 +104,32 @@ class Dedup:
     stood_in: dict[int, Template] = field(default_factory=dict)
     """Execution index of each stand-in -> its template."""
     prev: _Call | None = None
+    tentative: Template | None = None
+    """A template learnt at the last layer's end, kept if no op runs before the next layer."""
     standing_in: Template | None = None
     entered: int = 0
+    handles: list[Any] = field(default_factory=list)
+    """Gradient hooks on the parameters of candidates that ran in full."""
+
+    def skipped_params(self) -> set[int]:
+        """ids of the candidates' parameters: their gradient hooks are added only if they run
+        in full (a stand-in computes no parameter gradient; a hook costs ~0.1 ms)."""
+        return {id(p) for pos in self.candidates for p in self.layers[pos].parameters()}
 
     def install(self) -> None:
         """Route the candidates' ``forward`` through a switch (undone by :meth:`remove`)."""
         self.sigs = signatures(self.layers)
         self.candidates = stand_in_candidates(self.sigs)
+        if self.candidates:
+            for pos, layer in enumerate(self.layers):
+                for t in [*layer.parameters(), *layer.buffers()]:
+                    self.state.owners.setdefault(storage_key(t), set()).add(pos)
         for pos in self.candidates:
             self.layers[pos].forward = self._forwarder(self.layers[pos])
 
     def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
         for pos in self.candidates:
             self.layers[pos].__dict__.pop("forward", None)
 
@@ -177,7 +142,7 @@ class Dedup:
                 return cls_forward(module, *args, **kwargs)
             self.state.muted = True
             try:
-                return _StandIn.apply(args[0], self.state, tmpl.out_meta[0])
+                return _StandIn.apply(args[0], self.state, tmpl.in_meta[0])
             finally:
                 self.state.muted = False
 
@@ -186,8 +151,13 @@ class Dedup:
     def before(self, pos: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """A layer is about to run (called before :meth:`TraceState.enter`)."""
         st, prev, sig = self.state, self.prev, self.sigs[pos]
+        quiet = prev is not None and prev.ops == st.n_ops  # no glue op since the last layer
+        if self.tentative is not None and quiet:
+            self.templates.setdefault(self.sigs[st.order[self.tentative.idx]], self.tentative)
+        self.tentative = None
         chained = (
-            sig is not None
+            quiet
+            and sig is not None
             and not st.stack
             and pos not in st.order
             and prev is not None
@@ -201,6 +171,9 @@ class Dedup:
         if tmpl is not None and _meta(args[0]) != tmpl.in_meta:
             tmpl = None
         self.standing_in = tmpl
+        if tmpl is None and pos in self.candidates and pos not in st.order:
+            params = self.layers[pos].parameters()
+            self.handles += [p.register_hook(st.weight_grad) for p in params if p.requires_grad]
         st.watch = {} if chained and tmpl is None else None
         self.entered = len(st.order)
 
@@ -216,22 +189,20 @@ class Dedup:
             self._replay(tmpl, idx, args[0], out)
         elif watch is not None:
             self._learn(pos, idx, args[0], out, watch)
-        self.prev = _Call(pos, idx, out)
+        self.prev = _Call(pos, idx, out, st.n_ops)
 
     def _learn(
         self, pos: int, idx: int, x: torch.Tensor, out: torch.Tensor, watch: dict[int, int]
     ) -> None:
-        sig = self.sigs[pos]
-        in_meta, out_meta = _meta(x), _meta(out)
-        in_key, out_key = storage_key(x), storage_key(out)
-        if sig in self.templates or in_meta is None or out_meta is None:
+        """``pos`` ran in full right after an identical layer: may it stand for later ones?"""
+        in_meta, in_key, out_key = _meta(x), storage_key(x), storage_key(out)
+        if self.sigs[pos] in self.templates or in_meta is None or in_meta != _meta(out):
             return
-        if set(watch) != {in_key} or in_key == out_key or out.requires_grad != x.requires_grad:
-            return
-        self.templates[sig] = Template(
+        if set(watch) != {in_key} or in_key == out_key:
+            return  # reads something besides its input, or returns a view of it
+        self.tentative = Template(
             idx=idx,
             in_meta=in_meta,
-            out_meta=out_meta,
             read_bytes=watch[in_key],
             saves_output=out_key in self.state.saved_keys,
             out_key=out_key,
@@ -251,8 +222,17 @@ class Dedup:
             st.saved_keys.add(out_key)
 
     def finish(self) -> bool:
-        """Copy template figures to the stand-ins; False if a template leaked a tensor."""
+        """Copy template figures to the stand-ins (after :meth:`TraceState.finish_backward_io`).
+
+        False (trace again in full) if a template's tensor other than its output was used by a
+        later layer, an op outside every layer was attributed to a stand-in (glue code), or a
+        layer's parameter or buffer was used outside it (the backward would differ).
+        """
         st = self.state
+        if not self.stood_in:
+            return True  # nothing was left out: this was a full trace
+        if st.foreign or any(st.stats[idx].ops for idx in self.stood_in):
+            return False
         for tmpl in {t.idx: t for t in self.stood_in.values()}.values():
             for key, layer in st.producer.items():
                 leaked = layer == tmpl.idx and key != tmpl.out_key
@@ -260,4 +240,5 @@ class Dedup:
                     return False
         for idx, tmpl in self.stood_in.items():
             st.stats[idx] = dataclasses.replace(st.stats[tmpl.idx])
+            st.copied[idx] = tmpl.idx
         return True

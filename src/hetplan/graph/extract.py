@@ -24,8 +24,10 @@ import torch
 from torch import nn
 
 from hetplan.errors import ModelError
+from hetplan.graph import cache
 from hetplan.graph.built import BuiltModel
 from hetplan.graph.data import loss_function
+from hetplan.graph.meta import build_on_meta
 from hetplan.graph.resolve import resolve_model
 from hetplan.graph.trace import LayerStats, TraceState, trace_step
 from hetplan.graph.types import LayerInfo, ModelGraph
@@ -73,7 +75,8 @@ def build_graph(
 ) -> ModelGraph:
     """Extract the layer graph of ``model``: a name (zoo, ``file.py:fn``, ``pkg.mod:fn``), a
     :class:`hetplan.plan.types.ModelRef` (its dataset/depth/dtype win over the arguments'
-    defaults) or a :class:`BuiltModel`. Results are cached per argument tuple."""
+    defaults) or a :class:`BuiltModel`. Results are cached per argument tuple in memory and,
+    for zoo models, on disk (see :mod:`hetplan.graph.cache`)."""
     if isinstance(model, BuiltModel):
         return _graph_of_built(model, depth, batch, dtype)
     if not isinstance(model, str):  # a ModelRef (structural: graph sits below plan)
@@ -88,7 +91,14 @@ def build_graph(
 def _cached_graph(
     name: str, dataset: str | None, depth: int | None, batch: int, dtype: str
 ) -> ModelGraph:
-    return _graph_of_built(resolve_model(name, dataset), depth, batch, dtype)
+    built = resolve_model(name, dataset)
+    key = None if built.family == "custom" else cache.cache_key(name, dataset, depth, batch, dtype)
+    graph = cache.load(key) if key is not None else None
+    if graph is None:
+        graph = _graph_of_built(built, depth, batch, dtype)
+        if key is not None:
+            cache.store(key, graph)
+    return graph
 
 
 def trace_graph(
@@ -114,7 +124,7 @@ def _graph_of_built(
     torch_dtype = DTYPES[dtype]
     with torch.device("meta"):
         try:
-            module = built.factory().to(torch_dtype)
+            module = build_on_meta(built.factory).to(torch_dtype)
         except Exception as err:
             raise ModelError(f"model {built.name!r}: building failed: {_one_line(err)}") from None
     module.train()

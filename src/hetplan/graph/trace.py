@@ -74,6 +74,8 @@ class LayerStats:
     bwd_kernels: int = 0
     saved: int = 0
     out_bytes: int = -1
+    ops: int = 0
+    """Operators recorded (views included)."""
 
 
 @dataclass
@@ -105,6 +107,14 @@ class TraceState:
     """Ops run unrecorded (a stand-in for an identical layer, see :mod:`dedup`)."""
     watch: dict[int, int] | None = None
     """While set: storage key -> largest bytes read of tensors from earlier layers."""
+    n_ops: int = 0
+    """Operators recorded so far."""
+    owners: dict[int, set[int]] = field(default_factory=dict)
+    """Storage key of each parameter or buffer -> positions of the layers holding it (filled
+    only when deduplicating: the forward then flags any use elsewhere in ``foreign``)."""
+    foreign: bool = False
+    copied: dict[int, int] = field(default_factory=dict)
+    """Execution index of each layer that was not traced -> the one whose figures it got."""
 
     def __post_init__(self) -> None:
         self.stats = [LayerStats() for _ in range(self.n_layers)]
@@ -133,9 +143,11 @@ class TraceState:
     def record(self, func: Any, args: Any, out: Any, flops: int) -> None:
         ins, outs = tensors(args), tensors(out)
         kernel = _is_kernel(func)
+        self.n_ops += 1
         if self.backward:
             layer = self.cur_bwd
             st = self.stats[layer]
+            st.ops += 1
             st.bwd_flops += flops
             if kernel:
                 st.bwd_kernels += 1
@@ -144,6 +156,7 @@ class TraceState:
             return
         layer = self.cur_fwd
         st = self.stats[layer]
+        st.ops += 1
         st.fwd_flops += flops
         keys = [storage_key(t) for t in ins]
         if kernel:
@@ -152,6 +165,8 @@ class TraceState:
             io = sum(t.nbytes for t, k in zip(ins, keys, strict=True) if k not in excluded)
             st.fwd_io += io + sum(t.nbytes for t in outs if storage_key(t) not in excluded)
         producer, watch = self.producer, self.watch
+        if self.owners:
+            self._check_owners(keys, layer)
         for t, key in zip(ins, keys, strict=True):
             made = producer.get(key)
             if made is not None:
@@ -160,6 +175,13 @@ class TraceState:
                 if watch is not None and made < layer:
                     watch[key] = max(watch.get(key, 0), t.nbytes)
         self.produce(outs, layer)
+
+    def _check_owners(self, keys: list[int], layer: int) -> None:
+        here = self.order[layer] if self.order else -1
+        for key in keys:
+            holders = self.owners.get(key)
+            if holders is not None and here not in holders:
+                self.foreign = True
 
     def weight_grad(self, grad: torch.Tensor) -> None:
         self.weight_grads.add(storage_key(grad))
@@ -257,9 +279,14 @@ def trace_step(
     (see :mod:`hetplan.graph.dedup`; same figures, less time).
     """
     if dedup:
-        state = _trace(model, layers, inputs, loss_fn, targets, True)
+        try:
+            state = _trace(model, layers, inputs, loss_fn, targets, True)
+        except Exception:  # a stand-in skipped a side effect the model relies on
+            state = None
         if state is not None:
             return state
+        for p in model.parameters():  # as before the first attempt: no gradient to add to
+            p.grad = None
     state = _trace(model, layers, inputs, loss_fn, targets, False)
     assert state is not None  # only a deduplicated trace can be refused
     return state
@@ -280,7 +307,9 @@ def _trace(
     if stand_ins is not None:
         stand_ins.install()  # before our hooks: a module with hooks is never deduplicated
     handles = _hook_layers(layers, state, stand_ins)
-    handles += [p.register_hook(state.weight_grad) for p in model.parameters() if p.requires_grad]
+    later = stand_ins.skipped_params() if stand_ins is not None else set()
+    params = [p for p in model.parameters() if p.requires_grad and id(p) not in later]
+    handles += [p.register_hook(state.weight_grad) for p in params]
     counter = FlopCounterMode(display=False)
     try:
         with (

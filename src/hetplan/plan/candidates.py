@@ -23,6 +23,7 @@ from hetplan.plan.context import Candidate, Context
 from hetplan.plan.devices import group_balanced, groups_by_node, pipeline_orders, split_batch
 from hetplan.plan.partition import Partition, PartitionInfeasible, equal_split
 from hetplan.plan.slots import partition_for
+from hetplan.plan.tp import members
 from hetplan.plan.types import PipelinePlan, StagePlan, Strategy
 from hetplan.predict.memory import is_gpu
 
@@ -61,13 +62,16 @@ def dp_candidate(ctx: Context, devices: Sequence[str], *, equal: bool = False) -
     slowest = max(busy, key=busy.__getitem__)
     exposed = _exposed_allreduce(ctx, devices, slowest, shares[list(devices).index(slowest)])
     pipes = [
-        PipelinePlan(stages=[StagePlan(layers=ctx.layer_names, devices=[d])], batch=b)
+        PipelinePlan(stages=[StagePlan(layers=ctx.layer_names, devices=members(d))], batch=b)
         for d, b in zip(devices, shares, strict=True)
     ]
     accumulate = f", {m} micro-batches" if m > 1 else ""
+    tp = len(members(devices[0]))
+    label = f"dp x{n}" + (f" of tp{tp} groups" if tp > 1 else "")
+    label += (" equal batch" if equal else " batch by speed") + accumulate
     return Candidate(
         family="dp",
-        label=f"dp x{n}" + (" equal batch" if equal else " batch by speed") + accumulate,
+        label=label,
         plan=ctx.plan("dp", pipes, micro_batches=m),
         estimate=ctx.metrics(busy[slowest] + exposed, busy),
         baseline="dp-equal" if equal else None,
@@ -81,8 +85,9 @@ def _accumulation(ctx: Context, devices: Sequence[str], shares: Sequence[int]) -
     while m <= min(shares):
         fits = True
         for d, b in zip(devices, shares, strict=True):
-            dtype = ctx.pricing.cluster.device(d).type
-            layers = ctx.pricing.layer_mem(math.ceil(b / m), 1, ctx.optimizer, synced=synced)
+            dtype = ctx.pricing.device_type(d)
+            tp = len(members(d))
+            layers = ctx.pricing.layer_mem(math.ceil(b / m), 1, ctx.optimizer, synced=synced, tp=tp)
             need = framework_overhead_bytes(is_gpu(dtype)) + float(layers.sum())
             if need > dtype.memory_bytes:
                 fits = False
@@ -98,13 +103,15 @@ def _exposed_allreduce(ctx: Context, devices: Sequence[str], slowest: str, batch
     if len(devices) < 2:
         return 0.0
     _, bwd = ctx.pricing.layers(slowest, batch)
+    tp = len(members(slowest))
     buckets = ddp_buckets(layer_tensor_bytes(ctx.graph.layers))
     cluster = ctx.pricing.cluster
+    ring = [members(d)[0] for d in devices]  # one DP group per TP rank; they run in parallel
     memo: dict[float, float] = {}
 
     def allreduce(nbytes: float) -> float:
         if nbytes not in memo:
-            memo[nbytes] = allreduce_time(nbytes, list(devices), cluster)
+            memo[nbytes] = allreduce_time(nbytes / tp, ring, cluster)
         return memo[nbytes]
 
     return overlapped_allreduce_exposed(list(bwd), buckets, allreduce)
@@ -140,7 +147,7 @@ def coarse_count(stages: int, batch: int) -> int:
 def _stages(ctx: Context, part: Partition, devs: Sequence[str]) -> list[StagePlan]:
     names = ctx.layer_names
     return [
-        StagePlan(layers=names[i:j], devices=[devs[s]])
+        StagePlan(layers=names[i:j], devices=members(devs[s]))
         for (i, j), s in zip(part.stages, part.slots, strict=True)
     ]
 
@@ -233,7 +240,7 @@ def equal_pipeline(ctx: Context, devices: Sequence[str]) -> Candidate:
         t = float(fwd[i:j].sum() + bwd[i:j].sum())
         busy[devices[k]] = t * m
         slowest = max(slowest, t)
-        dtype = ctx.pricing.cluster.device(devices[k]).type
+        dtype = ctx.pricing.device_type(devices[k])
         need = framework_overhead_bytes(is_gpu(dtype)) + float(layer_mem[i:j].sum())
         fits = fits and need <= dtype.memory_bytes
     redo = 1.0 if fits else RECOMPUTE_FACTOR
@@ -292,7 +299,11 @@ def _hybrid_at(ctx: Context, slots: tuple[tuple[str, ...], ...], m: int) -> Cand
         return None
     pipe_time = part.total_time + (m - 1) * part.bottleneck
     sync = max(
-        allreduce_time(grad_bytes(ctx.graph, i, j), [g[s] for g in slots], ctx.pricing.cluster)
+        allreduce_time(
+            grad_bytes(ctx.graph, i, j) / len(members(slots[0][s])),
+            [members(g[s])[0] for g in slots],
+            ctx.pricing.cluster,
+        )
         for (i, j), s in zip(part.stages, part.slots, strict=True)
     )
     busy = {g[s]: c * m for g in slots for s, c in zip(part.slots, part.compute_times, strict=True)}

@@ -9,6 +9,7 @@ from hetplan.graph.types import ModelGraph
 from hetplan.plan.objective import Metrics
 from hetplan.plan.partition import Partition
 from hetplan.plan.pricing import Pricing
+from hetplan.plan.tp import members
 from hetplan.plan.types import ModelRef, PipelinePlan, Plan, Strategy
 
 SlotKey = tuple[tuple[tuple[str, ...], ...], tuple[int, ...]]
@@ -49,6 +50,7 @@ class Context:
         return [layer.name for layer in self.graph.layers]
 
     def plan(self, strategy: Strategy, pipelines: list[PipelinePlan], **kw: object) -> Plan:
+        kw.setdefault("tp", len(pipelines[0].stages[0].devices))
         return Plan(
             model=self.model,
             strategy=strategy,
@@ -64,18 +66,21 @@ class Context:
         cluster = self.pricing.cluster
         power = 0.0
         dollars: float | None = 0.0
-        for dev_id, seconds in busy.items():
-            dtype = cluster.device(dev_id).type
-            power += utilization_power(dtype, min(seconds / time_s, 1.0))
-            if dtype.price_per_hour is None or dollars is None:
-                dollars = None
-            else:
-                dollars += dtype.price_per_hour * time_s / 3600.0
+        used = 0
+        for slot, seconds in busy.items():
+            for dev_id in members(slot):
+                used += 1
+                dtype = cluster.device(dev_id).type
+                power += utilization_power(dtype, min(seconds / time_s, 1.0))
+                if dtype.price_per_hour is None or dollars is None:
+                    dollars = None
+                else:
+                    dollars += dtype.price_per_hour * time_s / 3600.0
         return Metrics(
             time_s=time_s,
             samples_per_s=self.batch / time_s,
             power_w=power,
             energy_j=power * time_s,
             dollars=dollars,
-            devices=len(busy),
+            devices=used,
         )

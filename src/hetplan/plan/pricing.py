@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from hetplan.cluster.spec import Cluster
+from hetplan.cluster.spec import Cluster, DeviceType, Link
+from hetplan.cost.comm import tp_block_comm_time
 from hetplan.cost.memory import MASTER_COPY_BYTES, OPTIMIZER_SLOTS, OPTIMIZER_STATE_BYTES
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import ModelGraph
+from hetplan.plan.tp import SEP, members
 
 Floats = NDArray[np.float64]
 
@@ -29,7 +31,10 @@ class Pricing:
     _master: int = 0
 
     def layers(self, device_id: str, batch: int) -> tuple[Floats, Floats]:
-        """Forward and backward seconds of every layer on ``device_id`` for ``batch`` samples."""
+        """Forward and backward seconds of every layer on ``device_id`` (a device or a TP
+        group, see ``plan.tp``) for ``batch`` samples."""
+        if SEP in device_id:
+            return self._group_layers(device_id, batch)
         dev = self.cluster.device(device_id)
         key = (dev.type.name, dev.speed, batch)
         hit = self._cache.get(key)
@@ -42,6 +47,46 @@ class Pricing:
             self._cache[key] = hit
         return hit
 
+    def _group_layers(self, group: str, batch: int) -> tuple[Floats, Floats]:
+        """A TP group: every member computes 1/tp of each layer (the slowest bounds it), plus
+        Megatron's two allreduces of the layer output per pass for layers with parameters
+        (as ``predict`` prices it)."""
+        key = (group, -1.0, batch)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        ids = members(group)
+        tp = len(ids)
+        fwd = np.max([self.layers(d, batch)[0] for d in ids], axis=0) / tp
+        bwd = np.max([self.layers(d, batch)[1] for d in ids], axis=0) / tp
+        memo: dict[float, tuple[float, float]] = {}
+        for k, layer in enumerate(self.graph.layers):
+            if layer.params == 0:
+                continue
+            size = float(layer.out_bytes * batch)
+            if size not in memo:
+                memo[size] = (
+                    tp_block_comm_time(size, ids, self.cluster, passes="fwd"),
+                    tp_block_comm_time(size, ids, self.cluster, passes="bwd"),
+                )
+            fwd[k] += memo[size][0]
+            bwd[k] += memo[size][1]
+        self._cache[key] = (fwd, bwd)
+        return fwd, bwd
+
+    def device_type(self, slot: str) -> DeviceType:
+        """The device type of a device or of a TP group's members (all alike)."""
+        return self.cluster.device(members(slot)[0]).type
+
+    def link(self, a: str, b: str) -> Link:
+        """The link between two slots; between TP groups each member sends 1/tp of a cut to
+        its peer (Megatron's scatter/gather), i.e. tp times the bandwidth."""
+        ma, mb = members(a), members(b)
+        link = self.cluster.link(ma[0], mb[0])
+        if len(ma) == 1:
+            return link
+        return Link(kind=link.kind, bandwidth=link.bandwidth * len(ma), latency_s=link.latency_s)
+
     def step_time(self, device_id: str, batch: int) -> float:
         """Forward + backward seconds of the whole model for ``batch`` samples."""
         fwd, bwd = self.layers(device_id, batch)
@@ -52,13 +97,19 @@ class Pricing:
         return batch / self.step_time(device_id, batch)
 
     def layer_mem(
-        self, batch: int, in_flight: int, optimizer: str, stashed: int = 0, synced: bool = False
+        self,
+        batch: int,
+        in_flight: int,
+        optimizer: str,
+        stashed: int = 0,
+        synced: bool = False,
+        tp: int = 1,
     ) -> Floats:
         """Bytes per layer as ``cost.memory.stage_memory`` counts them, without the per-device
         framework allowance: weights, gradients, optimizer state (plus an fp32 master copy for
         16-bit weights), stashed weight versions and activations of ``in_flight``
         micro-batches of ``batch`` samples; ``synced``: plus DDP's flat gradient buckets, a
-        second copy of the gradients."""
+        second copy of the gradients; ``tp``: per member of a TP group (all divided by tp)."""
         if self._mem_base is None:
             dtype_bytes = DTYPE_BYTES.get(self.graph.dtype, 4)
             layers = self.graph.layers
@@ -71,4 +122,4 @@ class Pricing:
         weights, params, saved = self._mem_base
         per_param = OPTIMIZER_SLOTS.get(optimizer, 2) * OPTIMIZER_STATE_BYTES + self._master
         copies = 2 + stashed + int(synced)
-        return weights * copies + params * per_param + saved * (batch * in_flight)
+        return (weights * copies + params * per_param + saved * (batch * in_flight)) / tp

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,12 +33,16 @@ from hetplan.plan.devices import subsets
 from hetplan.plan.explain import reasons
 from hetplan.plan.objective import Limits, Metrics, Objective, pareto_front
 from hetplan.plan.pricing import Pricing
+from hetplan.plan.tp import TP_DEGREES, is_transformer, tp_groups
 from hetplan.plan.types import ModelRef, Plan
 from hetplan.predict import Prediction, predict
+from hetplan.serde import to_data
 
 FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
 PIPELINED_SUBSETS = 16
 """Device subsets (best by a balanced-throughput bound) that get pipelined candidates."""
+TP_SUBSETS = 4
+"""Subsets (best by the balanced bound) that get tensor-parallel candidates."""
 CLOSE_FAMILY_RATIO = 1.5
 """Families whose best estimate is within this factor of the best get SIMULATED_PER_FAMILY
 simulations; the others get one (to show in the table)."""
@@ -118,7 +123,7 @@ def search(
     chosen = _final_list(refined, opts.objective)
     baselines = _baselines(ctx, cluster)
     failures: dict[str, str] = {}
-    todo = chosen + list(baselines.values())
+    todo = _unique(list(baselines.values()) + chosen)
     simulated = _simulate(ctx, todo, opts, rejected, failures, progress)
     ranking = _rank(simulated, opts, rejected)
     ranking.screened = len(pool)
@@ -158,9 +163,34 @@ def _screen(
             pool.extend(hybrid_candidates(ctx, devices))
         if progress is not None:
             progress("screening", i + 1, len(work))
+    if is_transformer(ctx.graph):
+        pool.extend(_tensor_parallel(ctx, cluster, subs, opts))
     if not pool:
         rejected["no candidate: every partition exceeds device memory"] += 1
     return pool
+
+
+def _tensor_parallel(
+    ctx: Context, cluster: Cluster, subs: Sequence[tuple[str, ...]], opts: SearchOptions
+) -> list[Candidate]:
+    """Transformers: TP groups inside nodes as slots of data parallel, single pipelines and
+    hybrids, on the subsets most promising by the balanced bound."""
+    out: list[Candidate] = []
+    piped = [s for s in ("gpipe", "1f1b") if s in opts.families]
+    multi = [s for s in subs if len(s) > 1]
+    for devices in _promising(ctx, multi, opts.objective)[:TP_SUBSETS]:
+        for tp in TP_DEGREES:
+            groups = tp_groups(cluster, devices, tp)
+            if groups is None:
+                continue
+            dp = dp_candidate(ctx, groups)
+            if dp is not None and "dp" in opts.families:
+                out.append(dp)
+            if len(groups) > 1:
+                out.extend(pipeline_candidates(ctx, groups, piped, orders=1))  # type: ignore[arg-type]
+            if len(groups) > 3 and "hybrid" in opts.families:
+                out.extend(hybrid_candidates(ctx, groups))
+    return out
 
 
 def _promising(
@@ -203,6 +233,19 @@ def _final_list(pool: Sequence[Candidate], objective: Objective) -> list[Candida
         members = sorted((c for c in pool if c.family == fam), key=lambda c: scores[id(c)])
         close = scores[id(members[0])] <= CLOSE_FAMILY_RATIO * best
         out.extend(members[: SIMULATED_PER_FAMILY if close else 1])
+    return out
+
+
+def _unique(cands: Sequence[Candidate]) -> list[Candidate]:
+    """Drop candidates whose plan equals an earlier one (different routes reach the same
+    plan, e.g. data parallel by speed and by equal split on identical devices)."""
+    seen: set[str] = set()
+    out = []
+    for c in cands:
+        key = json.dumps(to_data(c.plan), sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
     return out
 
 

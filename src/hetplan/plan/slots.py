@@ -14,6 +14,7 @@ from hetplan.cost.memory import (
 )
 from hetplan.plan.context import Context, SlotKey
 from hetplan.plan.partition import Partition, partition_fast
+from hetplan.plan.tp import members
 from hetplan.predict.memory import is_gpu
 
 Floats = NDArray[np.float64]
@@ -37,13 +38,12 @@ def slot_cuts(ctx: Context, key: SlotKey) -> Floats:
     n = len(order[0])
     cut = np.asarray(ctx.graph.cut_bytes, dtype=np.float64)
     out = np.zeros((n, n, cut.shape[0]))
-    cluster = ctx.pricing.cluster
     for v, devs in enumerate(order):
         inv_bw = np.zeros((n, n))
         lat = np.zeros((n, n))
         for s in range(n):
             for t in range(s + 1, n):
-                link = cluster.link(devs[s], devs[t])
+                link = ctx.pricing.link(devs[s], devs[t])
                 inv_bw[s, t] = 1.0 / link.bandwidth
                 lat[s, t] = link.latency_s
         sizes = cut * micro[v]
@@ -77,10 +77,10 @@ def slot_memory(
             # input (bounded here by the largest cut).
             kept = 1 if recompute else flight
             layer = ctx.pricing.layer_mem(
-                micro[v], kept, ctx.optimizer, stashed, synced=len(order) > 1
+                micro[v], kept, ctx.optimizer, stashed, synced=len(order) > 1, tp=len(members(d))
             )
             np.maximum(mem[s], layer, out=mem[s])
-            dtype = ctx.pricing.cluster.device(d).type
+            dtype = ctx.pricing.device_type(d)
             inputs = biggest_input * micro[v] * flight if recompute else 0.0
             fixed[s] = max(fixed[s], framework_overhead_bytes(is_gpu(dtype)) + inputs)
             caps[s] = min(caps[s], dtype.memory_bytes)

@@ -21,6 +21,18 @@ from hetplan.serde import to_data, write_json_atomic
 DEFAULT_OUT_DIR = Path("out")
 
 
+@dataclass(frozen=True, kw_only=True)
+class ActionSpan:
+    """One forward or backward of the last timed step, in seconds from the earliest rank's
+    start of that step (the measured counterpart of a simulated timeline's compute op)."""
+
+    kind: str
+    """``forward`` or ``backward``."""
+    microbatch: int
+    start: float
+    end: float
+
+
 @dataclass(kw_only=True)
 class RankFigures:
     """One rank's medians over the timed steps (seconds) and its peak memory."""
@@ -38,6 +50,8 @@ class RankFigures:
     peak_memory_bytes: int
     memory_source: str
     """``cuda.max_memory_allocated`` or ``peak RSS`` (includes the runtime's footprint)."""
+    actions: list[ActionSpan] = field(default_factory=list)
+    """Forward and backward spans of the last timed step (see :class:`ActionSpan`)."""
 
 
 @dataclass(kw_only=True)
@@ -92,11 +106,16 @@ def summarize(
         iteration_p90_s=percentile(iteration, 90),
         iteration_s=iteration,
         loss=loss,
-        ranks=[_rank_figures(r, warmup) for r in raw],
+        ranks=[_rank_figures(r, warmup, _origin(raw)) for r in raw],
     )
 
 
-def _rank_figures(r: dict[str, Any], warmup: int) -> RankFigures:
+def _origin(raw: list[dict[str, Any]]) -> float:
+    """The earliest rank's start of the last step (perf_counter seconds), 0 if not recorded."""
+    return min((float(r.get("last_step_start", 0.0)) for r in raw), default=0.0)
+
+
+def _rank_figures(r: dict[str, Any], warmup: int, origin: float = 0.0) -> RankFigures:
     def med(key: str) -> float:
         return float(statistics.median(r[key][warmup:]))
 
@@ -118,6 +137,10 @@ def _rank_figures(r: dict[str, Any], warmup: int) -> RankFigures:
         wait_s=statistics.median(waits),
         peak_memory_bytes=int(r["peak_memory_bytes"]),
         memory_source=r["memory_source"],
+        actions=[
+            ActionSpan(kind=k, microbatch=int(mb), start=s - origin, end=e - origin)
+            for k, mb, s, e in r.get("actions", [])
+        ],
     )
 
 

@@ -5,6 +5,11 @@ from the moment the gradient of the stage's output arrives (a hook on the output
 the last gradient the stage produces (hooks on its parameters and on its input when the input
 requires a gradient). On CUDA each mark synchronises the device so that the clock sees the
 kernels' end; this removes some overlap of compute and communication (documented).
+
+Each forward and backward is also kept as an action span ``(kind, micro-batch, start, end)``
+(``perf_counter`` seconds) so that a measured timeline can be drawn next to the simulated one;
+a pipeline stage's module runs once per micro-batch, in order, so the n-th forward (backward)
+of a step is micro-batch n (GPipe and 1F1B both run backwards in micro-batch order).
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ class StageClock:
         self._fwd_start = 0.0
         self._bwd_start: float | None = None
         self._bwd_end = 0.0
+        self.spans: list[tuple[str, int, float, float]] = []
+        """This step's actions: (``forward`` | ``backward``, micro-batch, start, end)."""
+        self._last_spans: list[tuple[str, int, float, float]] = []
+        self._fwd_count = 0
+        self._bwd_count = 0
         module.register_forward_pre_hook(self._pre_forward)
         module.register_forward_hook(self._post_forward)
         for p in module.parameters():
@@ -45,7 +55,10 @@ class StageClock:
         self._fwd_start = self._now()
 
     def _post_forward(self, _module: nn.Module, _args: Any, out: Any) -> None:
-        self.forward_s += self._now() - self._fwd_start
+        end = self._now()
+        self.forward_s += end - self._fwd_start
+        self.spans.append(("forward", self._fwd_count, self._fwd_start, end))
+        self._fwd_count += 1
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.register_hook(self._backward_begins)
 
@@ -63,15 +76,26 @@ class StageClock:
     def _close_backward(self) -> None:
         if self._bwd_start is not None:
             self.backward_s += self._bwd_end - self._bwd_start
+            self.spans.append(("backward", self._bwd_count, self._bwd_start, self._bwd_end))
+            self._bwd_count += 1
             self._bwd_start = None
 
     def take(self) -> tuple[float, float]:
-        """(forward_s, backward_s) since the last call; resets the counters."""
+        """(forward_s, backward_s) since the last call; resets the counters and moves this
+        step's spans to :meth:`take_spans`."""
         self._close_backward()
         out = (self.forward_s, self.backward_s)
         self.forward_s = 0.0
         self.backward_s = 0.0
+        self._last_spans = self.spans
+        self.spans = []
+        self._fwd_count = 0
+        self._bwd_count = 0
         return out
+
+    def take_spans(self) -> list[tuple[str, int, float, float]]:
+        """The action spans of the step closed by the last :meth:`take`."""
+        return list(self._last_spans)
 
 
 def peak_memory(device: str) -> tuple[int, str]:

@@ -74,6 +74,8 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
         "backward_s": [],
         "optimizer_s": [],
         "loss": [],
+        "actions": [],
+        "last_step_start": 0.0,
     }
     for step in range(steps):
         x, y = source.batch(role.batch, data_seed(seed, step, role.pipeline), ctx.device)
@@ -95,6 +97,10 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
         out["backward_s"].append(bwd)
         out["optimizer_s"].append(end - before_opt)
         out["loss"].append(loss)
+        # The last step's forward/backward spans (absolute perf_counter; aligned across ranks
+        # in :func:`hetplan.run.measure.summarize`; one host shares one monotonic clock).
+        out["actions"] = [[k, mb, s, e] for k, mb, s, e in clock.take_spans()]
+        out["last_step_start"] = start
     out["peak_memory_bytes"], out["memory_source"] = peak_memory(ctx.device)
     return out
 

@@ -1,0 +1,114 @@
+"""Planning time against model depth and cluster size (issue: Plan, item 6).
+
+Run: .venv/bin/python benchmarks/bench_plan.py [--quick]
+
+For each case it times, in one process: graph extraction (cold, then cached) and the search
+(`hetplan.plan.search.search` with the analytical compute model), and prints a markdown table
+plus the fitted growth exponent of search time in the number of layers and of devices
+(log-log least squares). Interpreter start-up and `import torch` are not included; they are
+printed once for reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+T0 = time.perf_counter()
+import numpy as np  # noqa: E402
+
+from hetplan.cluster import load_cluster  # noqa: E402
+from hetplan.cost.compute import AnalyticalCompute  # noqa: E402
+from hetplan.graph import build_graph  # noqa: E402
+from hetplan.plan.objective import parse_objective  # noqa: E402
+from hetplan.plan.search import SearchOptions, search  # noqa: E402
+from hetplan.plan.types import ModelRef  # noqa: E402
+
+IMPORT_S = time.perf_counter() - T0
+CLUSTERS = Path(__file__).resolve().parent.parent / "examples" / "clusters"
+
+
+def gpt(layers: int) -> str:
+    return f"gpt:layers={layers},hidden=1024,heads=16,seq=512"
+
+
+CASES = [
+    # (model, dataset, cluster file, batch)
+    ("vgg16", "imagenet", "edge.yaml", 32),
+    ("vgg16", "imagenet", "hetero-2node.yaml", 256),
+    ("resnet50", "imagenet", "hetero-2node.yaml", 256),
+    (gpt(24), None, "big-64.yaml", 512),
+    (gpt(48), None, "big-64.yaml", 512),
+    (gpt(96), None, "big-64.yaml", 512),
+    (gpt(96), None, "homogeneous-4gpu.yaml", 512),
+    (gpt(96), None, "hetero-2node.yaml", 512),
+]
+QUICK = [0, 1, 5]
+
+
+def run_case(model: str, dataset: str | None, cluster_file: str, batch: int) -> dict[str, float]:
+    ref = ModelRef(name=model, dataset=dataset)
+    t = time.perf_counter()
+    graph = build_graph(ref)
+    graph_s = time.perf_counter() - t
+    cluster = load_cluster(CLUSTERS / cluster_file)
+    opts = SearchOptions(batch=batch, objective=parse_objective("time"))
+    t = time.perf_counter()
+    ranking = search(ref, graph, cluster, AnalyticalCompute(), opts)
+    search_s = time.perf_counter() - t
+    return {
+        "layers": len(graph.layers),
+        "devices": len(cluster.devices),
+        "graph_s": graph_s,
+        "search_s": search_s,
+        "screened": ranking.screened,
+        "simulated": ranking.simulated,
+        "best_s": ranking.best.metrics.time_s,
+    }
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    """Exponent k of y ~ x^k by least squares in log-log space."""
+    if len(set(xs)) < 2:
+        return math.nan
+    k, _ = np.polyfit(np.log(xs), np.log(ys), 1)
+    return float(k)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    cases = [CASES[i] for i in QUICK] if args.quick else CASES
+    print(f"import of torch + hetplan: {IMPORT_S:.2f} s (not counted below)\n")
+    print(
+        "| model | cluster | layers | devices | graph s | search s | total s | screened |"
+        " simulated |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for model, dataset, cluster_file, batch in cases:
+        r = run_case(model, dataset, cluster_file, batch)
+        rows.append((model, cluster_file, r))
+        print(
+            f"| {model} | {cluster_file} | {r['layers']:.0f} | {r['devices']:.0f} | "
+            f"{r['graph_s']:.2f} | {r['search_s']:.2f} | {r['graph_s'] + r['search_s']:.2f} | "
+            f"{r['screened']:.0f} | {r['simulated']:.0f} |",
+            flush=True,
+        )
+    big = [r for _, c, r in rows if c == "big-64.yaml"]
+    gpt96 = [r for m, _, r in rows if m == gpt(96)]
+    if len(big) > 1:
+        k = slope([r["layers"] for r in big], [r["search_s"] for r in big])
+        print(
+            f"\nsearch time ~ layers^{k:.2f} (big-64.yaml, GPT {[int(r['layers']) for r in big]})"
+        )
+    if len(gpt96) > 1:
+        k = slope([r["devices"] for r in gpt96], [r["search_s"] for r in gpt96])
+        print(f"search time ~ devices^{k:.2f} (96-block GPT, {[int(r['devices']) for r in gpt96]})")
+
+
+if __name__ == "__main__":
+    main()

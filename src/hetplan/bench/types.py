@@ -1,0 +1,87 @@
+"""Plain results of a suite run (JSON round-trip through :mod:`hetplan.serde`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+PLANNER = "planner"
+"""Strategy label of the planner's own pick."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Span:
+    """One compute action on one lane (rank) of a timeline, seconds from the step's start."""
+
+    lane: int
+    kind: str
+    """``fwd``, ``bwd`` or ``optimizer`` (simulated), ``fwd``/``bwd`` (measured)."""
+    microbatch: int
+    start: float
+    end: float
+
+
+@dataclass(kw_only=True)
+class CaseResult:
+    """One model x cluster x strategy: predicted against measured iteration time."""
+
+    model: str
+    cluster: str
+    strategy: str
+    """dp, gpipe, 1f1b, hybrid or ``planner``."""
+    label: str
+    """What the plan is, e.g. ``1f1b 2 stages m=4 [0:3|3:6]``."""
+    ranks: int
+    predicted_s: float
+    measured_s: float
+    measured_p10_s: float
+    measured_p90_s: float
+    plan: dict[str, Any]
+    """The plan as data (``hetplan train`` reads it back)."""
+    planner_strategy: str | None = None
+    """For the planner's pick: the family it chose."""
+    search_s: float | None = None
+    """Seconds the planner's search took (planner cases)."""
+    simulated: list[Span] = field(default_factory=list)
+    measured: list[Span] = field(default_factory=list)
+
+    @property
+    def error(self) -> float:
+        """(measured - predicted) / predicted."""
+        return (self.measured_s - self.predicted_s) / self.predicted_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlannerTiming:
+    """How long one search took against the problem's size."""
+
+    model: str
+    layers: int
+    devices: int
+    seconds: float
+    candidates: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParetoPoint:
+    time_s: float
+    energy_j: float
+    label: str
+    on_front: bool
+
+
+@dataclass(kw_only=True)
+class SuiteResult:
+    """Everything a suite run measured, and where it ran."""
+
+    quick: bool
+    steps: int
+    warmup: int
+    cases: list[CaseResult]
+    planner_timings: list[PlannerTiming] = field(default_factory=list)
+    pareto_model: str = ""
+    pareto: list[ParetoPoint] = field(default_factory=list)
+    machine: dict[str, str] = field(default_factory=dict)
+    """CPU, cores, torch version, load average before and after."""
+    command: str = ""
+    notes: list[str] = field(default_factory=list)

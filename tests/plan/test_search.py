@@ -1,0 +1,245 @@
+"""The plan search on the shipped example clusters: acceptance criteria of the Plan issue,
+limits, Pareto front, family restriction, determinism and consistency with ``predict``."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+
+from hetplan.cluster import load_cluster
+from hetplan.cluster.spec import Cluster
+from hetplan.cost.compute import AnalyticalCompute
+from hetplan.graph import build_graph
+from hetplan.graph.types import ModelGraph
+from hetplan.plan.objective import Limits, Objective, parse_objective
+from hetplan.plan.search import Ranking, SearchOptions, search
+from hetplan.plan.types import ModelRef
+from hetplan.predict import predict
+from hetplan.serde import to_data
+
+CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
+BATCH = {"hetero-2node": 64, "edge": 32}
+
+
+@functools.cache
+def _graph(model: str) -> ModelGraph:
+    return build_graph(ModelRef(name=model, dataset="imagenet"))
+
+
+@functools.cache
+def _cluster(name: str) -> Cluster:
+    return load_cluster(CLUSTERS / f"{name}.yaml")
+
+
+def run(
+    model: str,
+    cluster: str,
+    objective: str = "time",
+    limits: Limits | None = None,
+    families: tuple[str, ...] | None = None,
+) -> Ranking:
+    opts = SearchOptions(
+        batch=BATCH[cluster],
+        objective=parse_objective(objective),
+        limits=limits or Limits(),
+        **({"families": families} if families else {}),  # type: ignore[arg-type]
+    )
+    ref = ModelRef(name=model, dataset="imagenet")
+    return search(ref, _graph(model), _cluster(cluster), AnalyticalCompute(), opts)
+
+
+@functools.cache
+def cached(model: str, cluster: str, objective: str = "time") -> Ranking:
+    return run(model, cluster, objective)
+
+
+# ------------------------------------------------------------------- acceptance criteria
+
+
+@pytest.mark.parametrize("model", ["vgg16", "resnet50"])
+@pytest.mark.parametrize("cluster", ["hetero-2node", "edge"])
+def test_best_plan_beats_both_baselines(model: str, cluster: str) -> None:
+    ranking = cached(model, cluster)
+    best = ranking.best.metrics.time_s
+    assert ranking.best.candidate.baseline is None
+    checked = 0
+    for name in ("dp-equal", "equal-pipeline"):
+        base = ranking.baselines.get(name)
+        if base is None:  # see test_every_baseline_is_shown_or_explained
+            assert cluster == "edge" and name == "dp-equal"
+            continue
+        assert base.candidate.baseline == name
+        assert best < base.metrics.time_s, (name, best, base.metrics.time_s)
+        checked += 1
+    assert checked >= 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="search._baselines drops dp-equal silently when dp_candidate returns None "
+    "(VGG-16 does not fit a GTX 1050 at any accumulation): neither baselines nor "
+    "baseline_failures names it, so the table hides the baseline without a reason",
+)
+def test_every_baseline_is_shown_or_explained() -> None:
+    ranking = cached("vgg16", "edge")
+    for name in ("dp-equal", "equal-pipeline"):
+        assert name in ranking.baselines or name in ranking.baseline_failures, name
+
+
+@pytest.mark.parametrize("model", ["vgg16", "resnet50"])
+def test_baselines_run_over_all_devices(model: str) -> None:
+    ranking = cached(model, "hetero-2node")
+    assert set(ranking.baselines) == {"dp-equal", "equal-pipeline"}
+    every = {d.id for d in _cluster("hetero-2node").devices}
+    for base in ranking.baselines.values():
+        assert set(base.candidate.plan.devices) == every
+    equal = ranking.baselines["dp-equal"].candidate.plan
+    assert {p.batch for p in equal.pipelines} == {8}
+
+
+@pytest.mark.parametrize(("model", "cluster"), [("vgg16", "hetero-2node"), ("resnet50", "edge")])
+def test_energy_objective_is_no_worse_in_energy_than_time_optimal(model: str, cluster: str) -> None:
+    fast = cached(model, cluster, "time").best
+    frugal = cached(model, cluster, "energy").best
+    assert frugal.metrics.energy_j <= fast.metrics.energy_j
+    assert fast.metrics.time_s <= frugal.metrics.time_s
+
+
+@pytest.mark.parametrize("model", ["vgg16", "resnet50"])
+def test_energy_on_edge_leaves_a_device_out(model: str) -> None:
+    ranking = cached(model, "edge", "energy")
+    used = set(ranking.best.candidate.plan.devices)
+    assert len(used) < len(_cluster("edge").devices), used
+    # and it saves energy against the best plan over every device that ran
+    everything = [r for r in ranking.ranked if len(r.candidate.plan.devices) == 3]
+    assert everything
+    assert ranking.best.metrics.energy_j < min(r.metrics.energy_j for r in everything)
+    assert any("left out" in reason for reason in ranking.reasons)
+
+
+# ------------------------------------------------------------------------- ranking shape
+
+
+@pytest.mark.parametrize("objective", ["time", "energy"])
+def test_ranked_by_the_objective_on_the_prediction(objective: str) -> None:
+    ranking = cached("vgg16", "hetero-2node", objective)
+    scores = [r.score for r in ranking.ranked]
+    assert scores == sorted(scores)
+    for r in ranking.ranked:
+        assert r.score == r.metrics.value(objective)
+        assert r.metrics.time_s == r.prediction.iteration_time_s
+        assert r.metrics.energy_j == r.prediction.energy_j_per_iteration
+        assert r.metrics.devices == len(r.candidate.plan.devices)
+        assert r.prediction.feasible
+    assert ranking.screened > 0 and 0 < len(ranking.ranked) <= ranking.simulated
+
+
+def test_ranked_prediction_matches_a_fresh_predict() -> None:
+    ranking = cached("resnet50", "hetero-2node")
+    for r in ranking.ranked[:3]:
+        again = predict(r.candidate.plan, _graph("resnet50"), _cluster("hetero-2node"),
+                        AnalyticalCompute())
+        assert again.iteration_time_s == r.prediction.iteration_time_s
+        assert again.energy_j_per_iteration == r.prediction.energy_j_per_iteration
+
+
+def test_pareto_front_is_non_dominated_and_covers_the_ranking() -> None:
+    ranking = cached("vgg16", "hetero-2node")
+    front = ranking.pareto
+    assert front
+    points = [(r.metrics.time_s, r.metrics.energy_j) for r in ranking.ranked]
+    for p in front:
+        assert p in ranking.ranked
+        t, e = p.metrics.time_s, p.metrics.energy_j
+        dominated = [q for q in points if q[0] <= t and q[1] <= e and q != (t, e)]
+        assert not dominated, (t, e, dominated)
+    times = [p.metrics.time_s for p in front]
+    energies = [p.metrics.energy_j for p in front]
+    assert times == sorted(times) and energies == sorted(energies, reverse=True)
+    # every other candidate is weakly dominated by a front member
+    for t, e in points:
+        assert any(p.metrics.time_s <= t and p.metrics.energy_j <= e for p in front)
+    # the fastest and the most frugal plans are on it
+    assert front[0].metrics.time_s == min(q[0] for q in points)
+    assert front[-1].metrics.energy_j == min(q[1] for q in points)
+
+
+# -------------------------------------------------------------------------------- limits
+
+
+def test_max_power_is_respected_and_rejections_are_counted() -> None:
+    free = cached("vgg16", "hetero-2node")
+    powers = sorted(r.metrics.power_w for r in free.ranked)
+    limit = powers[len(powers) // 2]
+    ranking = run("vgg16", "hetero-2node", limits=Limits(max_power_w=limit))
+    assert ranking.ranked
+    assert all(r.metrics.power_w <= limit for r in ranking.ranked)
+    assert all(r.prediction.power_w <= limit for r in ranking.pareto)
+    assert ranking.rejected["limit: power"] > 0
+    assert ranking.best.metrics.power_w <= limit < free.best.metrics.power_w or (
+        ranking.best.candidate.label == free.best.candidate.label
+    )
+
+
+def test_max_devices_is_respected() -> None:
+    ranking = run("resnet50", "hetero-2node", limits=Limits(max_devices=2))
+    assert ranking.ranked
+    assert all(len(r.candidate.plan.devices) <= 2 for r in ranking.ranked)
+    assert all(r.metrics.devices <= 2 for r in ranking.pareto)
+    # the all-device baselines still run for comparison but are not ranked
+    assert set(ranking.baselines) == {"dp-equal", "equal-pipeline"}
+    assert all(r.candidate.baseline is None for r in ranking.ranked)
+
+
+def test_edge_out_of_memory_candidates_are_counted() -> None:
+    ranking = cached("vgg16", "edge")
+    # VGG-16 data parallel with gradient buckets does not fit the 2 GB GTX 1050
+    assert ranking.rejected["out of memory"] >= 1
+    for r in ranking.ranked:
+        assert r.prediction.feasible and not r.prediction.infeasible_reasons
+        for dev in r.prediction.devices:
+            assert dev.memory_bytes <= dev.memory_capacity_bytes
+
+
+# ----------------------------------------------------------------- families, determinism
+
+
+def test_strategies_dp_restricts_families() -> None:
+    ranking = run("resnet50", "hetero-2node", families=("dp",))
+    searched = [r for r in ranking.ranked if r.candidate.baseline is None]
+    assert searched
+    assert {r.candidate.family for r in searched} == {"dp"}
+    assert {r.candidate.plan.strategy for r in searched} == {"dp"}
+
+
+def test_strategies_pipelines_only() -> None:
+    ranking = run("resnet50", "hetero-2node", families=("gpipe", "1f1b"))
+    searched = {r.candidate.family for r in ranking.ranked if r.candidate.baseline is None}
+    assert searched and searched <= {"gpipe", "1f1b"}
+
+
+def test_search_is_deterministic() -> None:
+    a = run("vgg16", "hetero-2node")
+    b = run("vgg16", "hetero-2node")
+    assert to_data(a.best.candidate.plan) == to_data(b.best.candidate.plan)
+    assert [r.candidate.label for r in a.ranked] == [r.candidate.label for r in b.ranked]
+    assert [r.metrics for r in a.ranked] == [r.metrics for r in b.ranked]
+    assert a.rejected == b.rejected and a.reasons == b.reasons
+
+
+def test_progress_reports_both_phases() -> None:
+    calls: list[tuple[str, int, int]] = []
+    opts = SearchOptions(batch=64, objective=Objective(weights={"time": 1.0}))
+    ref = ModelRef(name="resnet50", dataset="imagenet")
+    ranking = search(
+        ref, _graph("resnet50"), _cluster("hetero-2node"), AnalyticalCompute(), opts,
+        lambda phase, done, total: calls.append((phase, done, total)),
+    )
+    phases = [c[0] for c in calls]
+    assert set(phases) == {"screening", "simulating"}
+    assert phases.index("simulating") > max(i for i, p in enumerate(phases) if p == "screening")
+    assert all(1 <= done <= total for _, done, total in calls)
+    last_sim = [c for c in calls if c[0] == "simulating"][-1]
+    assert last_sim[1] == last_sim[2] == ranking.simulated
