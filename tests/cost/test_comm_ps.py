@@ -92,9 +92,9 @@ def test_grpc_threads_bound_latency_rounds(make_cluster) -> None:
     cluster = make_cluster([1, 1], net_bw=1e12, net_lat=1e-3)
     tiny = [1] * 16
     got = ps_sync_time(tiny, ["n0.0"], ["n1.0"], cluster, grpc_threads=8, serialize_bw=FAST_CPU)
-    # 16 messages, 8 at a time: 2 rounds of the 2 ms inter-node latency per phase.
-    assert got.push_s == pytest.approx(2 * 2e-3, rel=1e-6)
-    assert got.sync_s == pytest.approx(2 * 2 * 2e-3, rel=1e-6)
+    # 16 messages, 8 at a time: 2 rounds of the 1 ms inter-node latency per phase.
+    assert got.push_s == pytest.approx(2 * 1e-3, rel=1e-6)
+    assert got.sync_s == pytest.approx(2 * 2 * 1e-3, rel=1e-6)
 
 
 def test_explicit_assignment_overrides_policy(make_cluster) -> None:

@@ -99,9 +99,7 @@ def syn_cluster(nodes: Sequence[tuple[str, DeviceType, int]]) -> Cluster:
 
 def context(graph: ModelGraph, cluster: Cluster, batch: int) -> Context:
     pricing = Pricing(graph=graph, cluster=cluster, compute=AnalyticalCompute())
-    return Context(
-        model=ModelRef(name=graph.name), graph=graph, pricing=pricing, batch=batch
-    )
+    return Context(model=ModelRef(name=graph.name), graph=graph, pricing=pricing, batch=batch)
 
 
 def check_plan(ctx: Context, cand: Candidate, *, feasible: bool = True) -> None:
@@ -241,7 +239,10 @@ def test_pipelines_on_synthetic_cluster() -> None:
     cands = pipeline_candidates(ctx, devices, list(PIPELINED))  # type: ignore[arg-type]
     # two stage orders (fast node first, slow node first) x three strategies
     assert sorted(c.family for c in cands) == sorted(PIPELINED * 2)
-    assert {c.slots[0] for c in cands} == {("a.0", "a.1", "b.0", "b.1"), ("b.1", "b.0", "a.1", "a.0")}
+    assert {c.slots[0] for c in cands} == {
+        ("a.0", "a.1", "b.0", "b.1"),
+        ("b.1", "b.0", "a.1", "a.0"),
+    }
     for cand in cands:
         assert cand.plan.strategy == cand.family
         assert cand.plan.micro_batches == coarse_count(4, 32) == 8
@@ -269,15 +270,14 @@ def test_pipelines_of_a_real_model_on_the_two_node_cluster() -> None:
     for cand in hybrids:
         _assert_hybrid_shape(ctx, cand)
         check_plan(ctx, cand)
+
     # one virtual worker per node is among the groupings (HetPipe)
-    per_node = [
-        h
-        for h in hybrids
-        if len(h.plan.pipelines) == 2
-        and {tuple(sorted({d.split(".")[0] for d in p.stages[0].devices})) for p in h.plan.pipelines}
-        == {("v100",), ("t4",)}
-    ]
-    assert per_node
+    def nodes(h: Candidate) -> list[set[str]]:
+        return [
+            {cluster.device(d).node for s in p.stages for d in s.devices} for p in h.plan.pipelines
+        ]
+
+    assert any(sorted(map(sorted, nodes(h))) == [["t4"], ["v100"]] for h in hybrids)
 
 
 def test_recompute_only_when_activations_do_not_fit() -> None:
@@ -336,11 +336,7 @@ def test_hybrid_virtual_workers_on_synthetic_cluster() -> None:
     ctx = context(syn_graph(n=12), c, batch=64)
     devices = ["a.0", "a.1", "b.0", "b.1"]
     cands = hybrid_candidates(ctx, devices)
-    # by node (2 x [F F] / [S S]) and Algorithm 2 with 2 groups ([F S] x 2)
-    groups = [
-        sorted(tuple(sorted(p.stages[i].devices[0] for i in range(len(p.stages)))) for p in h.plan.pipelines)
-        for h in cands
-    ]
+    # by node ([F F] / [S S]) and Algorithm 2 with 2 groups ([F S] x 2)
     assert len(cands) == 2
     for cand in cands:
         _assert_hybrid_shape(ctx, cand)
@@ -351,7 +347,6 @@ def test_hybrid_virtual_workers_on_synthetic_cluster() -> None:
     balanced = next(h for h in cands if h is not by_node)
     assert [p.batch for p in balanced.plan.pipelines] == [32, 32]
     assert all({d[0] for d in s} == {"a", "b"} for s in balanced.slots)
-    assert groups  # every grouping yields pipelines
 
 
 # ---------------------------------------------------------------------------------- baseline

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hetplan.errors import InputError
-from hetplan.plan.objective import Limits, Metrics, parse_objective, pareto_front
+from hetplan.plan.objective import Limits, Metrics, pareto_front, parse_objective
 
 
 def metrics(time_s: float, energy_j: float, *, power_w: float = 100.0) -> Metrics:

@@ -76,12 +76,6 @@ def test_best_plan_beats_both_baselines(model: str, cluster: str) -> None:
     assert checked >= 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="search._baselines drops dp-equal silently when dp_candidate returns None "
-    "(VGG-16 does not fit a GTX 1050 at any accumulation): neither baselines nor "
-    "baseline_failures names it, so the table hides the baseline without a reason",
-)
 def test_every_baseline_is_shown_or_explained() -> None:
     ranking = cached("vgg16", "edge")
     for name in ("dp-equal", "equal-pipeline"):
@@ -99,7 +93,8 @@ def test_baselines_run_over_all_devices(model: str) -> None:
     assert {p.batch for p in equal.pipelines} == {8}
 
 
-@pytest.mark.parametrize(("model", "cluster"), [("vgg16", "hetero-2node"), ("resnet50", "edge")])
+@pytest.mark.parametrize("model", ["vgg16", "resnet50"])
+@pytest.mark.parametrize("cluster", ["hetero-2node", "edge"])
 def test_energy_objective_is_no_worse_in_energy_than_time_optimal(model: str, cluster: str) -> None:
     fast = cached(model, cluster, "time").best
     frugal = cached(model, cluster, "energy").best
@@ -139,8 +134,9 @@ def test_ranked_by_the_objective_on_the_prediction(objective: str) -> None:
 def test_ranked_prediction_matches_a_fresh_predict() -> None:
     ranking = cached("resnet50", "hetero-2node")
     for r in ranking.ranked[:3]:
-        again = predict(r.candidate.plan, _graph("resnet50"), _cluster("hetero-2node"),
-                        AnalyticalCompute())
+        again = predict(
+            r.candidate.plan, _graph("resnet50"), _cluster("hetero-2node"), AnalyticalCompute()
+        )
         assert again.iteration_time_s == r.prediction.iteration_time_s
         assert again.energy_j_per_iteration == r.prediction.energy_j_per_iteration
 
@@ -178,9 +174,7 @@ def test_max_power_is_respected_and_rejections_are_counted() -> None:
     assert all(r.metrics.power_w <= limit for r in ranking.ranked)
     assert all(r.prediction.power_w <= limit for r in ranking.pareto)
     assert ranking.rejected["limit: power"] > 0
-    assert ranking.best.metrics.power_w <= limit < free.best.metrics.power_w or (
-        ranking.best.candidate.label == free.best.candidate.label
-    )
+    assert free.rejected["limit: power"] == 0
 
 
 def test_max_devices_is_respected() -> None:
@@ -191,6 +185,27 @@ def test_max_devices_is_respected() -> None:
     # the all-device baselines still run for comparison but are not ranked
     assert set(ranking.baselines) == {"dp-equal", "equal-pipeline"}
     assert all(r.candidate.baseline is None for r in ranking.ranked)
+
+
+def test_deadline_on_epoch_time_is_respected() -> None:
+    free = cached("vgg16", "hetero-2node")
+    size = 6400  # samples per epoch: 100 iterations of 64
+    epochs = sorted(100 * r.metrics.time_s for r in free.ranked)
+    deadline = epochs[len(epochs) // 2]
+    opts = SearchOptions(
+        batch=64,
+        objective=parse_objective("time"),
+        limits=Limits(deadline_s=deadline),
+        dataset_size=size,
+    )
+    ref = ModelRef(name="vgg16", dataset="imagenet")
+    ranking = search(ref, _graph("vgg16"), _cluster("hetero-2node"), AnalyticalCompute(), opts)
+    assert ranking.ranked
+    for r in ranking.ranked:
+        assert r.prediction.epoch_time_s is not None
+        assert r.prediction.epoch_time_s == pytest.approx(100 * r.metrics.time_s)
+        assert 100 * r.metrics.time_s <= deadline
+    assert ranking.rejected["limit: time"] > 0
 
 
 def test_edge_out_of_memory_candidates_are_counted() -> None:
@@ -220,6 +235,13 @@ def test_strategies_pipelines_only() -> None:
     assert searched and searched <= {"gpipe", "1f1b"}
 
 
+def test_empty_family_is_not_blamed_on_memory() -> None:
+    ranking = run("resnet50", "edge", families=("hybrid",))
+    assert not [r for r in ranking.ranked if r.candidate.baseline is None]
+    assert cached("resnet50", "edge").rejected["out of memory"] == 0  # memory is not short
+    assert not any("memory" in reason for reason in ranking.rejected), ranking.rejected
+
+
 def test_search_is_deterministic() -> None:
     a = run("vgg16", "hetero-2node")
     b = run("vgg16", "hetero-2node")
@@ -234,7 +256,11 @@ def test_progress_reports_both_phases() -> None:
     opts = SearchOptions(batch=64, objective=Objective(weights={"time": 1.0}))
     ref = ModelRef(name="resnet50", dataset="imagenet")
     ranking = search(
-        ref, _graph("resnet50"), _cluster("hetero-2node"), AnalyticalCompute(), opts,
+        ref,
+        _graph("resnet50"),
+        _cluster("hetero-2node"),
+        AnalyticalCompute(),
+        opts,
         lambda phase, done, total: calls.append((phase, done, total)),
     )
     phases = [c[0] for c in calls]

@@ -59,6 +59,8 @@ class SuiteConfig:
     profile_steps: int = 10
     cluster_dir: Path | None = None
     """Folder of the cluster files; default: the repository's ``examples/clusters``."""
+    only: tuple[str, ...] | None = None
+    """Run only these strategies (dp, gpipe, 1f1b, hybrid, planner); None: all."""
 
 
 QUICK = SuiteConfig(models=(RESNET_TINY, VGG11), steps=5, warmup=2, profile_steps=5)

@@ -30,7 +30,7 @@ class CaseResult:
     strategy: str
     """dp, gpipe, 1f1b, hybrid or ``planner``."""
     label: str
-    """What the plan is, e.g. ``1f1b 2 stages m=4 [0:3|3:6]``."""
+    """What the plan is (:func:`hetplan.bench.plans.plan_label`)."""
     ranks: int
     predicted_s: float
     measured_s: float

@@ -9,11 +9,11 @@ import typer
 
 from hetplan.cli.output import console, print_json
 from hetplan.cluster import load_cluster
-from hetplan.cost.compute import AnalyticalCompute
 from hetplan.errors import InputError
 from hetplan.graph import build_graph
 from hetplan.plan.types import ModelRef, Plan
 from hetplan.predict import DATASET_SIZES, Prediction, plan_from_options, predict
+from hetplan.profile.select import compute_model
 from hetplan.schedule import format_grid
 from hetplan.serde import load_file
 from hetplan.units import fmt_bytes, fmt_seconds
@@ -123,6 +123,10 @@ def predict_cmd(
         bool, typer.Option("--recompute", help="Activation recomputation.")
     ] = False,
     grid: Annotated[bool, typer.Option("--grid", help="Print the schedule grid.")] = False,
+    profiles: Annotated[Path | None, typer.Option(help="Profile store directory.")] = None,
+    analytical: Annotated[
+        bool, typer.Option("--analytical", help="Ignore measured profiles.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Predict iteration/epoch time, throughput, memory, power, energy and EDP of one plan."""
@@ -138,7 +142,7 @@ def predict_cmd(
         ref = ModelRef(name=model, dataset=dataset)
         plan = None
     graph = build_graph(ref)
-    compute = AnalyticalCompute(dtype=ref.dtype)
+    compute = compute_model(ref.dtype, directory=profiles, measured=not analytical)
     if plan is None:
         assert strategy is not None and model is not None
         plan = plan_from_options(

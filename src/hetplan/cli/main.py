@@ -10,7 +10,15 @@ import sys
 
 import typer
 
-from hetplan.cli import cmd_cluster, cmd_model, cmd_plan, cmd_predict, cmd_profile, cmd_run
+from hetplan.cli import (
+    cmd_bench,
+    cmd_cluster,
+    cmd_model,
+    cmd_plan,
+    cmd_predict,
+    cmd_profile,
+    cmd_run,
+)
 from hetplan.errors import HetplanError
 
 app = typer.Typer(
@@ -21,7 +29,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for _module in (cmd_cluster, cmd_model, cmd_predict, cmd_plan, cmd_profile, cmd_run):
+for _module in (cmd_cluster, cmd_model, cmd_predict, cmd_plan, cmd_profile, cmd_run, cmd_bench):
     _module.register(app)
 
 

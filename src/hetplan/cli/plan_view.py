@@ -17,7 +17,9 @@ def table_rows(ranking: Ranking, top: int) -> list[Ranked]:
     rows: list[Ranked] = []
     seen: set[str] = set()
     for r in ranking.ranked:
-        if r.candidate.family not in seen or r.candidate.baseline is not None:
+        if r.candidate.baseline is not None:
+            rows.append(r)
+        elif r.candidate.family not in seen:
             rows.append(r)
             seen.add(r.candidate.family)
     return rows[:top]

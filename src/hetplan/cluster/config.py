@@ -45,8 +45,8 @@ Full schema (``?`` marks optional keys)::
     # LINK: {type: CATALOG_LINK, bandwidth_GBps|bandwidth_gbit?, latency_us?}
     #    or {bandwidth_GBps|bandwidth_gbit: .., latency_us: ..}
 
-Between nodes, two devices use the slower of their nodes' network links with both latencies
-added (:meth:`Cluster.link`). :func:`load_cluster` resolves a file into a
+Between nodes, two devices use the slower of their nodes' network links with the larger of
+the two (end-to-end) latencies (:meth:`Cluster.link`). :func:`load_cluster` resolves a file into a
 :class:`~hetplan.cluster.spec.Cluster` (SI units); :func:`write_cluster_config` writes a
 (possibly edited) :class:`ClusterConfig` back, e.g. with measured link figures.
 """

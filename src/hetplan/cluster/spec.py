@@ -128,7 +128,9 @@ class Cluster:
             for nb, lb in self.network.items():
                 if na != nb:
                     slow = la if la.bandwidth <= lb.bandwidth else lb
-                    lat = la.latency_s + lb.latency_s
+                    # Catalog latencies are end to end (NIC, switch, NIC); the slower
+                    # side's figure stands for the path, not the sum of both sides.
+                    lat = max(la.latency_s, lb.latency_s)
                     inter[(na, nb)] = Link(kind=slow.kind, bandwidth=slow.bandwidth, latency_s=lat)
         object.__setattr__(self, "_inter", inter)
 
@@ -153,8 +155,8 @@ class Cluster:
         """The link between devices ``a`` and ``b`` (``a != b``), in O(1).
 
         Inside a node: the pair override or the node's default. Between nodes: the pair
-        override, else the slower of the two nodes' network links, latencies added (one hop
-        through the switch each side).
+        override, else the slower of the two nodes' network links with the larger of their
+        latencies (each is an end-to-end one-way figure, see ``links.py``).
         """
         key = (a, b) if a < b else (b, a)
         pair = self.pair_links.get(key)

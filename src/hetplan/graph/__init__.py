@@ -7,7 +7,7 @@ Entry points: :func:`resolve_model` (name -> :class:`BuiltModel`), :func:`build_
 
 from hetplan.graph.built import BuiltModel
 from hetplan.graph.data import build_module, loss_function, synthetic_batch
-from hetplan.graph.extract import build_graph, select_layers
+from hetplan.graph.extract import build_graph, select_layers, trace_graph
 from hetplan.graph.resolve import resolve_model
 from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.graph.zoo import ZOO
@@ -23,4 +23,5 @@ __all__ = [
     "resolve_model",
     "select_layers",
     "synthetic_batch",
+    "trace_graph",
 ]

@@ -13,10 +13,12 @@ effort: a file that cannot be read, parsed or written is a miss, never an error.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 
 import torch
@@ -24,7 +26,6 @@ import torch
 import hetplan
 from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
-from hetplan.serde import from_data, to_data, write_json_atomic
 
 CACHE_DIR_ENV = "HETPLAN_CACHE_DIR"
 NO_CACHE_ENV = "HETPLAN_NO_CACHE"
@@ -66,22 +67,34 @@ def cache_key(name: str, dataset: str | None, depth: int | None, batch: int, dty
 def load(key: str) -> ModelGraph | None:
     """The cached graph for ``key``; None if caching is off or there is none usable."""
     folder = cache_dir()
-    if folder is None:
+    path = folder / f"{key}.json" if folder is not None else None
+    if path is None or not path.is_file():
         return None
-    path = folder / f"{key}.json"
+    # pydantic costs ~0.25 s to import: only when there is a file to validate
+    from hetplan.serde import from_data  # noqa: PLC0415
+
     try:
         return from_data(ModelGraph, json.loads(path.read_text()), str(path))
-    except (OSError, ValueError, InputError):  # absent, unreadable or stale: a miss
+    except (OSError, ValueError, InputError):  # unreadable or stale: a miss
         return None
 
 
 def store(key: str, graph: ModelGraph) -> None:
-    """Cache ``graph`` under ``key`` (nothing if caching is off or the disk refuses)."""
+    """Cache ``graph`` under ``key`` (nothing if caching is off or the disk refuses).
+
+    Written to a unique temporary file and renamed, so concurrent writers never leave a
+    half-written file."""
     folder = cache_dir()
     if folder is None:
         return
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(folder / f"{key}.json", to_data(graph))
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{key}.", suffix=".tmp")
     except OSError:
-        pass
+        return
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(dataclasses.asdict(graph), f)
+        os.replace(tmp, folder / f"{key}.json")
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)

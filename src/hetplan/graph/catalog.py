@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
+from hetplan.graph.meta import build_on_meta
 from hetplan.graph.resolve import resolve_model
 from hetplan.graph.zoo import ZOO
 
@@ -27,8 +26,7 @@ def summarize(name: str) -> ModelSummary:
     """Summary of one zoo model, built on the meta device (no memory, no weights)."""
     entry = ZOO[name]
     built = resolve_model(name)
-    with torch.device("meta"):
-        module = built.factory()
+    module = build_on_meta(built.factory)
     params = sum(p.numel() for p in module.parameters() if p.requires_grad)
     return ModelSummary(
         name=name,

@@ -7,7 +7,7 @@ gradient hooks on each layer's outputs (the gradient of layer ``i``'s output arr
 layer ``i``'s backward runs). Ops outside any layer go to the layer that ran last before them
 (the first layer if none ran yet). Tensors are identified by their storage, so views count as
 uses of the tensor they view; every tensor seen is kept alive for the trace so storage
-addresses are not reused.
+addresses are not reused. Runs of identical layers are traced in part (:mod:`dedup`).
 """
 
 from __future__ import annotations
@@ -22,44 +22,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from hetplan.graph.attention import fused_attention
-from hetplan.graph.dedup import Dedup, storage_key
-
-# Ops that only make metadata (no kernel, no memory traffic) besides true views.
-_NO_KERNEL = {torch.ops.aten._unsafe_view.default, torch.ops.aten.detach.default}
-_KERNEL: dict[Any, bool] = {}
-"""Per operator: does it launch a kernel (cached: looked up for every op traced)."""
-
-
-def _is_kernel(func: Any) -> bool:
-    kernel = _KERNEL.get(func)
-    if kernel is None:
-        kernel = _KERNEL[func] = not getattr(func, "is_view", False) and func not in _NO_KERNEL
-    return kernel
-
-
-def tensors(obj: Any) -> list[torch.Tensor]:
-    """Tensors in nested tuples, lists and dicts (aten op arguments), in order."""
-    out: list[torch.Tensor] = []
-    _collect(obj, out)
-    return out
-
-
-def _collect(obj: Any, out: list[torch.Tensor]) -> None:
-    if isinstance(obj, torch.Tensor):
-        out.append(obj)
-    elif isinstance(obj, tuple | list):
-        for x in obj:
-            _collect(x, out)
-    elif isinstance(obj, dict):
-        for x in obj.values():
-            _collect(x, out)
-
-
-_Desc = tuple[int, int, tuple[int, ...]]
-
-
-def _describe(ts: list[torch.Tensor]) -> list[_Desc]:
-    return [(storage_key(t), t.nbytes, tuple(t.shape)) for t in ts]
+from hetplan.graph.dedup import Dedup
+from hetplan.graph.ops import Desc, describe, is_kernel, storage_key, tensors
 
 
 @dataclass
@@ -98,7 +62,7 @@ class TraceState:
     reused: set[int] = field(default_factory=set)
     """Module-list positions of layers called again after a later layer ran."""
     stack: list[int] = field(default_factory=list)
-    bwd_ops: list[tuple[int, list[_Desc], list[_Desc]]] = field(default_factory=list)
+    bwd_ops: list[tuple[int, list[Desc], list[Desc]]] = field(default_factory=list)
     """Backward kernels: (layer, inputs, outputs) as (storage key, bytes, shape)."""
     weight_grads: set[int] = field(default_factory=set)
     """Storage keys of parameter gradients (batch-independent; left out of the I/O bytes)."""
@@ -142,7 +106,7 @@ class TraceState:
 
     def record(self, func: Any, args: Any, out: Any, flops: int) -> None:
         ins, outs = tensors(args), tensors(out)
-        kernel = _is_kernel(func)
+        kernel = is_kernel(func)
         self.n_ops += 1
         if self.backward:
             layer = self.cur_bwd
@@ -151,7 +115,7 @@ class TraceState:
             st.bwd_flops += flops
             if kernel:
                 st.bwd_kernels += 1
-                self.bwd_ops.append((layer, _describe(ins), _describe(outs)))
+                self.bwd_ops.append((layer, describe(ins), describe(outs)))
             self.keep.extend(outs)
             return
         layer = self.cur_fwd

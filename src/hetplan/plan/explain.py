@@ -65,15 +65,27 @@ def _left_out(best: Ranked, ranking: Ranking, cluster: Cluster) -> str:
     unused = [d for d in cluster.devices if d.id not in used]
     if not unused:
         return ""
+    ids = {d.id for d in unused}
     bigger = [r for r in ranking.ranked if used < set(r.candidate.plan.devices)]
-    types = sorted({d.type.name for d in unused})
-    what = f"{', '.join(types)} ({len(unused)} device{'s' if len(unused) > 1 else ''}) left out"
     if not bigger:
-        return f"{what}: no plan using them ranked better"
-    alt = min(bigger, key=lambda r: r.score)
+        return f"{_describe(cluster, ids)} left out: no feasible plan using them was found"
+    # Prefer a plan that adds every left-out device; else the best that adds some.
+    full = [r for r in bigger if ids <= set(r.candidate.plan.devices)]
+    alt = min(full or bigger, key=lambda r: r.score)
+    added = set(alt.candidate.plan.devices) - used
     gain = alt.metrics.samples_per_s / best.metrics.samples_per_s - 1.0
     energy = alt.metrics.energy_j / best.metrics.energy_j - 1.0
     return (
-        f"{what}: using them ({alt.candidate.label}) changes throughput by {gain:+.0%} "
+        f"{_describe(cluster, ids)} left out: adding {_describe(cluster, added)} "
+        f"({alt.candidate.label}) changes throughput by {gain:+.0%} "
         f"and energy per step by {energy:+.0%}"
     )
+
+
+def _describe(cluster: Cluster, ids: set[str]) -> str:
+    """``T4 x2, JetsonTX1`` for a set of device ids."""
+    counts: dict[str, int] = defaultdict(int)
+    for d in cluster.devices:
+        if d.id in ids:
+            counts[d.type.name] += 1
+    return ", ".join(f"{t} x{n}" if n > 1 else t for t, n in sorted(counts.items()))

@@ -121,8 +121,8 @@ def search(
     refined = _shortlist(pool, opts.objective, REFINED_PER_FAMILY)
     refined += [r for c in refined for r in refine(ctx, c)]
     chosen = _final_list(refined, opts.objective)
-    baselines = _baselines(ctx, cluster)
     failures: dict[str, str] = {}
+    baselines = _baselines(ctx, cluster, failures)
     todo = _unique(list(baselines.values()) + chosen)
     simulated = _simulate(ctx, todo, opts, rejected, failures, progress)
     ranking = _rank(simulated, opts, rejected)
@@ -165,8 +165,8 @@ def _screen(
             progress("screening", i + 1, len(work))
     if is_transformer(ctx.graph):
         pool.extend(_tensor_parallel(ctx, cluster, subs, opts))
-    if not pool:
-        rejected["no candidate: every partition exceeds device memory"] += 1
+    if not pool and not rejected:
+        rejected["no candidate: no requested strategy applies to these devices"] += 1
     return pool
 
 
@@ -249,12 +249,14 @@ def _unique(cands: Sequence[Candidate]) -> list[Candidate]:
     return out
 
 
-def _baselines(ctx: Context, cluster: Cluster) -> dict[str, Candidate]:
+def _baselines(ctx: Context, cluster: Cluster, failures: dict[str, str]) -> dict[str, Candidate]:
     devices = [d.id for d in cluster.devices][: ctx.batch]
     out = {}
     dp = dp_candidate(ctx, devices, equal=True)
     if dp is not None:
         out["dp-equal"] = dp
+    else:
+        failures["dp-equal"] = "out of memory: a replica does not fit at any gradient accumulation"
     if len(devices) > 1:
         out["equal-pipeline"] = equal_pipeline(ctx, devices)
     return out

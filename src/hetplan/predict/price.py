@@ -100,6 +100,7 @@ def _stage_compute(
     sources: set[str] = set()
     opt = 0.0
     params = sum(layer.params for layer in graph.layers[lo : hi + 1]) / tp
+    names = [layer.name for layer in graph.layers[lo : hi + 1]]
     for dev in devices:
         costs = compute.layer_costs(graph, dev, mb)[lo : hi + 1]
         sources.update(c.source for c in costs)
@@ -108,7 +109,9 @@ def _stage_compute(
         redo = 1.0 if plan.recompute else 0.0
         bwd = [max(b, (c.bwd_s + redo * c.fwd_s) / tp) for b, c in zip(bwd, costs, strict=True)]
         bw = dev.type.memory_bandwidth * dev.type.memory_efficiency * dev.speed
-        opt = max(opt, params * OPTIMIZER_BYTES_PER_PARAM[plan.optimizer] / bw)
+        measured = _measured_optimizer_s(compute, graph, dev, names, plan.optimizer)
+        analytical = params * OPTIMIZER_BYTES_PER_PARAM[plan.optimizer] / bw
+        opt = max(opt, (measured / tp) if measured is not None else analytical)
     if tp > 1:
         ids = [d.id for d in devices]
         for k, layer in enumerate(graph.layers[lo : hi + 1]):
@@ -117,6 +120,25 @@ def _stage_compute(
                 fwd += comm.tp_block_comm_time(act, ids, cluster, passes="fwd")
                 bwd[k] += comm.tp_block_comm_time(act, ids, cluster, passes="bwd")
     return fwd, bwd, opt, sources
+
+
+def _measured_optimizer_s(
+    compute: ComputeModel, graph: ModelGraph, dev: Device, names: list[str], optimizer: str
+) -> float | None:
+    """The profile's measured optimizer step for these layers (``MeasuredCompute``), scaled
+    by the bytes-per-parameter ratio when the profile timed another optimizer; None when the
+    compute model has no measurement for the device."""
+    measure = getattr(compute, "optimizer_s", None)
+    which = getattr(compute, "profiled_optimizer", None)
+    if measure is None or which is None:
+        return None
+    timed = which(graph, dev)
+    if timed not in OPTIMIZER_BYTES_PER_PARAM or optimizer not in OPTIMIZER_BYTES_PER_PARAM:
+        return None  # no profile, or one taken without an optimizer step
+    t = measure(graph, dev, names)
+    if t is None:
+        return None
+    return float(t) * OPTIMIZER_BYTES_PER_PARAM[optimizer] / OPTIMIZER_BYTES_PER_PARAM[timed]
 
 
 def _cut(

@@ -155,6 +155,11 @@ class MeasuredCompute:
         share = sum(x.param_bytes for x in graph.layers if x.name in names) / total
         return own.step_fit.optimizer.at(max(own.batch_sizes)) * share / device.speed
 
+    def profiled_optimizer(self, graph: ModelGraph, device: Device) -> str | None:
+        """The optimizer whose step the device type's profile timed (None: no profile)."""
+        own = self._matching(graph).get(device.type.name)
+        return own.optimizer if own is not None else None
+
 
 def _measured_costs(
     profile: Profile, graph: ModelGraph, batch: int, speed: float, include_loss: bool

@@ -1,0 +1,97 @@
+"""The plans the suite runs: the fixed strategies with equal splits, and the planner's pick."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from hetplan.bench.suite import EXECUTABLE_FAMILIES, micro_batches
+from hetplan.cluster import Cluster
+from hetplan.cost.types import ComputeModel
+from hetplan.errors import InputError
+from hetplan.graph.types import ModelGraph
+from hetplan.plan.objective import parse_objective
+from hetplan.plan.search import Ranking, SearchOptions, search
+from hetplan.plan.types import ModelRef, Plan
+from hetplan.predict import plan_from_options
+from hetplan.run.model import source_for
+from hetplan.run.train import check_plan
+
+
+def fixed_plan(
+    strategy: str, graph: ModelGraph, cluster: Cluster, ref: ModelRef, batch: int
+) -> Plan:
+    """``strategy`` over all of the cluster's devices with equal splits: the batch split evenly
+    over replicas (dp, hybrid), an equal number of layers per stage (the baselines the
+    heterogeneity-aware planner is compared with)."""
+    n = len(cluster.devices)
+    if strategy == "dp":
+        return plan_from_options(graph, cluster, model=ref, strategy="dp", batch=batch)
+    if strategy == "hybrid":
+        pp = n // 2
+        m = micro_batches(batch // 2, pp)
+        return plan_from_options(
+            graph, cluster, model=ref, strategy="hybrid", batch=batch, dp=2, pp=pp,
+            micro_batches=m,
+        )  # fmt: skip
+    m = micro_batches(batch, n)
+    return plan_from_options(
+        graph, cluster, model=ref, strategy=strategy, batch=batch, micro_batches=m
+    )
+
+
+def plan_label(plan: Plan) -> str:
+    """``1f1b 1x2 m=4 layers 3/3 b=16``: strategy, pipelines x stages, micro-batches, layers
+    per stage, batch per pipeline."""
+    pipe = plan.pipelines[0]
+    sizes = [len(s.layers) for s in pipe.stages]
+    bounds = "/".join(str(x) for x in sizes)
+    batches = "+".join(str(p.batch) for p in plan.pipelines)
+    if plan.strategy == "dp":
+        return f"dp x{len(plan.pipelines)} b={batches}"
+    return (
+        f"{plan.strategy} {len(plan.pipelines)}x{len(pipe.stages)} m={plan.micro_batches} "
+        f"layers {bounds} b={batches}"
+    )
+
+
+@dataclass(kw_only=True)
+class Pick:
+    """The planner's best executable plan and the search behind it."""
+
+    plan: Plan | None
+    ranking: Ranking
+    search_s: float
+    notes: list[str] = field(default_factory=list)
+
+
+def planner_pick(
+    ref: ModelRef,
+    graph: ModelGraph,
+    cluster: Cluster,
+    compute: ComputeModel,
+    batch: int,
+    *,
+    run_check: bool = True,
+) -> Pick:
+    """Search for the fastest plan among the executable families; the best ranked plan that
+    the runtime can execute (ranked plans it cannot are noted)."""
+    opts = SearchOptions(batch=batch, objective=parse_objective("time"),
+                         families=EXECUTABLE_FAMILIES)  # fmt: skip
+    start = time.perf_counter()
+    ranking = search(ref, graph, cluster, compute, opts)
+    seconds = time.perf_counter() - start
+    pick = Pick(plan=None, ranking=ranking, search_s=seconds)
+    if not run_check:
+        return pick
+    source = source_for(ref)
+    for i, ranked in enumerate(ranking.ranked):
+        try:
+            check_plan(ranked.candidate.plan, cluster, source)
+        except InputError as err:
+            pick.notes.append(f"planner's #{i + 1} ({ranked.candidate.label}) skipped: {err}")
+            continue
+        pick.plan = ranked.candidate.plan
+        return pick
+    pick.notes.append("no ranked plan is executable")
+    return pick

@@ -1,0 +1,211 @@
+"""Run the suite: profile each model once, then for every cluster and strategy build the plan,
+predict it with the measured compute model, and measure it for real with the runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from hetplan.bench.machine import machine_info
+from hetplan.bench.plans import fixed_plan, plan_label, planner_pick
+from hetplan.bench.suite import HETEROGENEOUS, BenchModel, SuiteConfig, cluster_path, strategies
+from hetplan.bench.types import PLANNER, CaseResult, ParetoPoint, PlannerTiming, Span, SuiteResult
+from hetplan.cluster import Cluster, load_cluster
+from hetplan.cost.types import ComputeModel
+from hetplan.graph import build_graph
+from hetplan.graph.types import ModelGraph
+from hetplan.plan.types import ModelRef, Plan
+from hetplan.predict import predict
+from hetplan.profile.model import CPU_TYPE, ProfileRequest, profile_model
+from hetplan.profile.select import compute_model
+from hetplan.profile.store import find_profile, save_profile
+from hetplan.run.launch import RunError
+from hetplan.run.measure import Measurement
+from hetplan.run.train import measure_plan
+from hetplan.schedule.types import COMPUTE_KINDS
+from hetplan.serde import to_data
+
+Progress = Callable[[str], None]
+PROFILE_CPUS = (0,)
+"""The profile is taken alone on one pinned core with one thread: a speed-1 rank's setting."""
+MEASURED_KINDS = {"forward": "fwd", "backward": "bwd"}
+
+
+def profile_sizes(batch: int) -> tuple[int, ...]:
+    """Batch sizes to profile: powers of two up to ``batch``, and ``batch`` (every micro-batch
+    size the suite's plans use lies in that range; the profile fits ``a + k*b`` between)."""
+    sizes = {batch}
+    b = 1
+    while b < batch:
+        sizes.add(b)
+        b *= 2
+    return tuple(sorted(sizes))
+
+
+def ensure_profile(
+    model: BenchModel, graph: ModelGraph, steps: int, directory: Path | None
+) -> bool:
+    """Profile ``model`` into the store unless a matching profile is there; True if it ran."""
+    sizes = profile_sizes(model.batch)
+    found = find_profile(
+        CPU_TYPE, graph.name, graph.input_shape, graph.dtype, batch_sizes=sizes,
+        directory=directory,
+    )  # fmt: skip
+    if found is not None:
+        return False
+    req = ProfileRequest(
+        model=model.name, dataset=model.dataset, batch=model.batch, batch_sizes=sizes,
+        cpus=PROFILE_CPUS, threads=len(PROFILE_CPUS), steps=steps,
+    )  # fmt: skip
+    save_profile(profile_model(req), directory)
+    return True
+
+
+def run_suite(
+    config: SuiteConfig,
+    *,
+    profile_dir: Path | None = None,
+    progress: Progress | None = None,
+    planner_sizes: tuple[int, ...] = (),
+) -> SuiteResult:
+    """Run every case of ``config``; a case the runtime cannot run is noted and skipped."""
+    say = progress or (lambda _msg: None)
+    result = SuiteResult(
+        quick=False, steps=config.steps, warmup=config.warmup, cases=[],
+        machine=machine_info("before"),
+    )  # fmt: skip
+    for model in config.models:
+        ref = ModelRef(name=model.name, dataset=model.dataset)
+        graph = build_graph(ref)
+        if _profile(model, graph, config, profile_dir):
+            say(f"{model.key}: profiled on core {PROFILE_CPUS[0]}")
+        compute = compute_model(graph.dtype, directory=profile_dir)
+        for name in config.clusters:
+            cluster = load_cluster(cluster_path(name, config.cluster_dir))
+            _run_cluster(result, config, model, ref, graph, cluster, compute, say)
+        for n in planner_sizes:
+            result.planner_timings.append(_time_planner(model, ref, graph, n, compute))
+    result.machine.update(machine_info("after"))
+    return result
+
+
+def _profile(
+    model: BenchModel, graph: ModelGraph, config: SuiteConfig, directory: Path | None
+) -> bool:
+    return ensure_profile(model, graph, config.profile_steps, directory)
+
+
+def _run_cluster(
+    result: SuiteResult,
+    config: SuiteConfig,
+    model: BenchModel,
+    ref: ModelRef,
+    graph: ModelGraph,
+    cluster: Cluster,
+    compute: ComputeModel,
+    say: Progress,
+) -> None:
+    name = cluster.name or "cluster"
+    for strategy in strategies(len(cluster.devices)):
+        if config.only is not None and strategy not in config.only:
+            continue
+        plan = fixed_plan(strategy, graph, cluster, ref, model.batch)
+        say(f"{model.key} on {name}: {plan_label(plan)}")
+        case = run_case(plan, graph, cluster, compute, config, model.key, strategy, result)
+        if case is not None:
+            result.cases.append(case)
+    pick = planner_pick(ref, graph, cluster, compute, model.batch)
+    result.planner_timings.append(
+        PlannerTiming(
+            model=model.key, layers=len(graph.layers), devices=len(cluster.devices),
+            seconds=pick.search_s, candidates=pick.ranking.screened,
+        )
+    )  # fmt: skip
+    if not result.pareto or (name == HETEROGENEOUS and HETEROGENEOUS not in result.pareto_model):
+        result.pareto_model = f"{model.key} on {name}"
+        front = {id(r) for r in pick.ranking.pareto}
+        result.pareto = [
+            ParetoPoint(
+                time_s=r.metrics.time_s, energy_j=r.metrics.energy_j,
+                label=r.candidate.label, on_front=id(r) in front,
+            )
+            for r in pick.ranking.ranked
+        ]  # fmt: skip
+    result.notes.extend(f"{model.key} on {name}: {n}" for n in pick.notes)
+    if pick.plan is None or (config.only is not None and PLANNER not in config.only):
+        return
+    say(f"{model.key} on {name}: planner's pick {plan_label(pick.plan)}")
+    case = run_case(pick.plan, graph, cluster, compute, config, model.key, PLANNER, result)
+    if case is not None:
+        case.planner_strategy = pick.plan.strategy
+        case.search_s = pick.search_s
+        result.cases.append(case)
+
+
+def run_case(
+    plan: Plan,
+    graph: ModelGraph,
+    cluster: Cluster,
+    compute: ComputeModel,
+    config: SuiteConfig,
+    model_key: str,
+    strategy: str,
+    result: SuiteResult,
+) -> CaseResult | None:
+    """Predict and measure one plan; None (with a note in ``result``) if the run fails."""
+    prediction = predict(plan, graph, cluster, compute)
+    try:
+        measured = measure_plan(plan, cluster, steps=config.steps, warmup=config.warmup)
+    except RunError as err:
+        result.notes.append(f"{model_key} on {cluster.name} {strategy}: run failed: {err}")
+        return None
+    lanes = {d: i for i, d in enumerate(plan.devices)}
+    simulated = [
+        Span(lane=lanes[op.device], kind=op.kind, microbatch=op.microbatch, start=op.start,
+             end=op.end)
+        for op in prediction.timeline.ops()
+        if op.kind in COMPUTE_KINDS and op.iteration == 0 and op.device in lanes
+    ]  # fmt: skip
+    return CaseResult(
+        model=model_key,
+        cluster=cluster.name or "cluster",
+        strategy=strategy,
+        label=plan_label(plan),
+        ranks=len(plan.devices),
+        predicted_s=prediction.iteration_time_s,
+        measured_s=measured.measured_iteration_s,
+        measured_p10_s=measured.iteration_p10_s,
+        measured_p90_s=measured.iteration_p90_s,
+        plan=to_data(plan),
+        simulated=simulated,
+        measured=measured_spans(measured),
+    )
+
+
+def measured_spans(m: Measurement) -> list[Span]:
+    """The runtime's forward/backward spans of the last timed step, one lane per rank."""
+    return [
+        Span(lane=r.rank, kind=MEASURED_KINDS.get(a.kind, a.kind), microbatch=a.microbatch,
+             start=a.start, end=a.end)
+        for r in m.ranks
+        for a in r.actions
+    ]  # fmt: skip
+
+
+def _time_planner(
+    model: BenchModel, ref: ModelRef, graph: ModelGraph, devices: int, compute: ComputeModel
+) -> PlannerTiming:
+    """Time a search on a homogeneous cluster of ``devices`` CPU cores (no run)."""
+    from hetplan.cluster.config import cluster_from_data  # noqa: PLC0415
+
+    data = {
+        "name": f"cpu-x{devices}",
+        "nodes": [{"name": "n", "devices": [{"type": "cpu", "count": devices}],
+                   "link": {"type": "shm"}}],
+    }  # fmt: skip
+    cluster = cluster_from_data(data, f"<bench cpu-x{devices}>")
+    pick = planner_pick(ref, graph, cluster, compute, model.batch, run_check=False)
+    return PlannerTiming(
+        model=model.key, layers=len(graph.layers), devices=devices, seconds=pick.search_s,
+        candidates=pick.ranking.screened,
+    )  # fmt: skip

@@ -1,0 +1,134 @@
+"""The suite's figures: error percentiles, selection accuracy, plan quality.
+
+- error of a case: ``(measured - predicted) / predicted``; the suite reports the median and the
+  90th percentile (linear interpolation, numpy's default) of its absolute value.
+- selection (source papers' Table 8.2): per model x cluster, the planner's pick against the
+  measured fastest of all the plans run there (the fixed strategies and the pick); the pick is
+  a hit when it is within ``PICK_TOLERANCE`` of the fastest; its slowdown is
+  ``measured(pick) / measured(fastest) - 1``.
+- plan quality, on the heterogeneous cluster: ``measured(dp equal split) / measured(pick)``
+  and ``measured(best equal-layer pipeline) / measured(pick)``, per model and their geometric
+  mean.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from hetplan.bench.suite import HETEROGENEOUS, PIPELINES
+from hetplan.bench.types import PLANNER, CaseResult
+from hetplan.run.measure import percentile
+
+PICK_TOLERANCE = 0.05
+"""Issue 6's target: the pick within 5% of the measured fastest."""
+TARGET_MEDIAN_ERROR = 0.10
+TARGET_P90_ERROR = 0.20
+TARGET_SELECTION = 0.90
+
+
+@dataclass(frozen=True, kw_only=True)
+class Selection:
+    """The planner's pick in one model x cluster group."""
+
+    model: str
+    cluster: str
+    pick: str
+    """Label of the planner's plan."""
+    fastest: str
+    """Strategy (or ``planner``) measured fastest."""
+    slowdown: float
+    """measured(pick) / measured(fastest) - 1 (0 when the pick is the fastest)."""
+    hit: bool
+
+
+@dataclass(kw_only=True)
+class Summary:
+    cases: int
+    median_error: float
+    """Median of |error| over the cases."""
+    p90_error: float
+    selection_accuracy: float | None
+    """Fraction of groups where the pick is within PICK_TOLERANCE of the fastest."""
+    selection_exact: float | None
+    """Fraction of groups where the pick is the measured fastest."""
+    worst_pick_slowdown: float | None
+    selections: list[Selection]
+    speedup_vs_dp: float | None
+    """Geometric mean over models on the heterogeneous cluster."""
+    speedup_vs_equal_pipeline: float | None
+    speedups: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per model: ``vs_dp`` and ``vs_equal_pipeline``."""
+
+
+def abs_errors(cases: list[CaseResult]) -> list[float]:
+    return [abs(c.error) for c in cases]
+
+
+def selections(cases: list[CaseResult]) -> list[Selection]:
+    """One :class:`Selection` per model x cluster group that has a planner case."""
+    groups: dict[tuple[str, str], list[CaseResult]] = defaultdict(list)
+    for c in cases:
+        groups[(c.model, c.cluster)].append(c)
+    out = []
+    for (model, cluster), group in groups.items():
+        picks = [c for c in group if c.strategy == PLANNER]
+        if not picks:
+            continue
+        pick = picks[0]
+        fastest = min(group, key=lambda c: c.measured_s)
+        slowdown = pick.measured_s / fastest.measured_s - 1.0
+        out.append(
+            Selection(
+                model=model, cluster=cluster, pick=pick.label, fastest=fastest.strategy,
+                slowdown=slowdown, hit=slowdown <= PICK_TOLERANCE,
+            )
+        )  # fmt: skip
+    return out
+
+
+def speedups(cases: list[CaseResult], cluster: str = HETEROGENEOUS) -> dict[str, dict[str, float]]:
+    """Per model on ``cluster``: measured speedup of the pick over dp and over the faster of the
+    equal-layer pipelines (GPipe, 1F1B)."""
+    out: dict[str, dict[str, float]] = {}
+    models = sorted({c.model for c in cases if c.cluster == cluster})
+    for model in models:
+        here = {c.strategy: c for c in cases if c.cluster == cluster and c.model == model}
+        if PLANNER not in here:
+            continue
+        pick = here[PLANNER].measured_s
+        figures: dict[str, float] = {}
+        if "dp" in here:
+            figures["vs_dp"] = here["dp"].measured_s / pick
+        pipes = [here[s].measured_s for s in PIPELINES if s in here]
+        if pipes:
+            figures["vs_equal_pipeline"] = min(pipes) / pick
+        out[model] = figures
+    return out
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def summarize(cases: list[CaseResult]) -> Summary:
+    """All of the suite's figures from its cases."""
+    errs = abs_errors(cases)
+    sel = selections(cases)
+    per_model = speedups(cases)
+    return Summary(
+        cases=len(cases),
+        median_error=statistics.median(errs) if errs else math.nan,
+        p90_error=percentile(errs, 90) if errs else math.nan,
+        selection_accuracy=(sum(s.hit for s in sel) / len(sel)) if sel else None,
+        selection_exact=(sum(s.slowdown <= 0 for s in sel) / len(sel)) if sel else None,
+        worst_pick_slowdown=max((s.slowdown for s in sel), default=None),
+        selections=sel,
+        speedup_vs_dp=geomean([f["vs_dp"] for f in per_model.values() if "vs_dp" in f]),
+        speedup_vs_equal_pipeline=geomean(
+            [f["vs_equal_pipeline"] for f in per_model.values() if "vs_equal_pipeline" in f]
+        ),
+        speedups=per_model,
+    )

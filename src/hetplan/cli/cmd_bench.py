@@ -1,0 +1,122 @@
+"""``hetplan bench``: the validation suite (predicted vs measured, selection, plan quality)."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from hetplan.bench.report import write_report
+from hetplan.bench.runner import run_suite
+from hetplan.bench.stats import Summary, summarize
+from hetplan.bench.suite import EXECUTABLE_FAMILIES, FULL, QUICK, select_models
+from hetplan.bench.types import PLANNER, SuiteResult
+from hetplan.cli.output import console, print_json
+from hetplan.errors import InputError
+from hetplan.serde import to_data, write_json_atomic
+
+PLANNER_SIZES_FULL = (8, 16)
+"""Extra homogeneous cluster sizes the full suite times the planner on (no run)."""
+
+
+def _json(result: SuiteResult, summary: Summary, out: Path) -> dict[str, Any]:
+    data = {k: v for k, v in to_data(summary).items() if k not in ("selections", "speedups")}
+    data["selections"] = [to_data(s) for s in summary.selections]
+    data["speedups"] = summary.speedups
+    data["cases"] = [
+        {
+            "model": c.model, "cluster": c.cluster, "strategy": c.strategy, "plan": c.label,
+            "ranks": c.ranks, "predicted_s": c.predicted_s, "measured_s": c.measured_s,
+            "error": c.error, "planner_strategy": c.planner_strategy, "search_s": c.search_s,
+        }
+        for c in result.cases
+    ]  # fmt: skip
+    data["machine"] = result.machine
+    data["report"] = str(out / "report.md")
+    return data
+
+
+def _strategies(text: str) -> tuple[str, ...]:
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    for name in names:
+        if name not in (*EXECUTABLE_FAMILIES, PLANNER):
+            raise InputError(
+                f"--strategies: {name!r}; expected some of {', '.join(EXECUTABLE_FAMILIES)}, "
+                f"{PLANNER}"
+            )
+    return names
+
+
+def bench_cmd(
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer models and steps (< 10 min).")] = (
+        False
+    ),
+    out: Annotated[Path, typer.Option(help="Folder for the report and results.")] = Path(
+        "out/bench"
+    ),
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    models: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated suite models (name or name:batch) instead."),
+    ] = None,
+    clusters: Annotated[
+        Path | None, typer.Option(help="Folder of the cluster files (default examples/clusters).")
+    ] = None,
+    cluster_names: Annotated[
+        str | None, typer.Option("--cluster-names", help="Comma-separated cluster file names.")
+    ] = None,
+    only: Annotated[
+        str | None,
+        typer.Option("--strategies", help="Subset of dp,gpipe,1f1b,hybrid,planner."),
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="Timed steps per case.")] = None,
+    warmup: Annotated[int | None, typer.Option(help="Warm-up steps per case.")] = None,
+    profile_dir: Annotated[
+        Path | None, typer.Option(help="Profile store (default $HETPLAN_PROFILE_DIR or cache).")
+    ] = None,
+) -> None:
+    """Run the validation suite on this machine and write report.md / report.html."""
+    config = QUICK if quick else FULL
+    changes: dict[str, Any] = {"cluster_dir": clusters}
+    if models:
+        changes["models"] = select_models([m.strip() for m in models.split(",") if m.strip()])
+    if cluster_names:
+        changes["clusters"] = tuple(c.strip() for c in cluster_names.split(",") if c.strip())
+    if only:
+        changes["only"] = _strategies(only)
+    if steps is not None:
+        changes["steps"] = steps
+    if warmup is not None:
+        changes["warmup"] = warmup
+    config = dataclasses.replace(config, **changes)
+
+    def progress(msg: str) -> None:
+        if not as_json:
+            console.print(f"[dim]{msg}[/dim]")
+
+    sizes = () if quick else PLANNER_SIZES_FULL
+    result = run_suite(config, profile_dir=profile_dir, progress=progress, planner_sizes=sizes)
+    result.quick = quick
+    result.command = shlex.join(["hetplan", *sys.argv[1:]])
+    md, page = write_report(result, out)
+    write_json_atomic(out / "results.json", to_data(result))
+    summary = summarize(result.cases)
+    if as_json:
+        print_json(_json(result, summary, out))
+        return
+    console.print(
+        f"{summary.cases} cases: |error| median {100 * summary.median_error:.1f}%, "
+        f"p90 {100 * summary.p90_error:.1f}%; selection accuracy "
+        f"{summary.selection_accuracy}; speedup vs dp {summary.speedup_vs_dp}, vs equal "
+        f"pipeline {summary.speedup_vs_equal_pipeline}"
+    )
+    console.print(f"wrote {md} and {page}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``bench`` to ``app``."""
+    app.command("bench")(bench_cmd)

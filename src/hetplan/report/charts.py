@@ -1,0 +1,121 @@
+"""Figures as PNG files: predicted-vs-measured scatter, side-by-side Gantt charts, Pareto front.
+
+Inputs are plain numbers (no hetplan types), so any report can draw them. Matplotlib runs on
+the Agg backend: no display, safe in worker processes and CI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+KIND_COLORS = {"fwd": "#4c72b0", "bwd": "#dd8452", "optimizer": "#55a868"}
+OTHER_COLOR = "#8c8c8c"
+DPI = 110  # dots per inch: readable in a browser without large files
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bar:
+    """One action on a Gantt lane."""
+
+    lane: int
+    kind: str
+    label: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Point:
+    x: float
+    y: float
+    group: str
+    """Legend entry (e.g. the cluster)."""
+
+
+def scatter_chart(points: Sequence[Point], path: Path, *, title: str) -> Path:
+    """Measured (y) against predicted (x) in ms, the y = x line and a +-20% band."""
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    for group in sorted({p.group for p in points}):
+        xs = [1e3 * p.x for p in points if p.group == group]
+        ys = [1e3 * p.y for p in points if p.group == group]
+        ax.scatter(xs, ys, label=group, s=28)
+    hi = max([1e3 * max(p.x, p.y) for p in points], default=1.0) * 1.1
+    lo = min([1e3 * min(p.x, p.y) for p in points], default=0.1) * 0.9
+    line = [lo, hi]
+    ax.plot(line, line, "k-", lw=1, label="measured = predicted")
+    ax.fill_between(line, [0.8 * v for v in line], [1.2 * v for v in line], color="k",
+                    alpha=0.08, label="±20%")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted iteration time (ms)")
+    ax.set_ylabel("measured iteration time (ms)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _draw_lanes(ax: Axes, bars: Sequence[Bar], lanes: Sequence[str], title: str) -> None:
+    for b in bars:
+        color = KIND_COLORS.get(b.kind, OTHER_COLOR)
+        ax.barh(b.lane, 1e3 * (b.end - b.start), left=1e3 * b.start, height=0.6, color=color,
+                edgecolor="white", linewidth=0.5)  # fmt: skip
+        if b.label and (b.end - b.start) > 0:
+            ax.text(1e3 * (b.start + b.end) / 2, b.lane, b.label, ha="center", va="center",
+                    fontsize=6, color="white")  # fmt: skip
+    ax.set_yticks(range(len(lanes)), list(lanes))
+    ax.invert_yaxis()
+    ax.set_xlabel("time in the step (ms)")
+    ax.set_title(title, fontsize=10)
+
+
+def gantt_chart(
+    simulated: Sequence[Bar],
+    measured: Sequence[Bar],
+    lanes: Sequence[str],
+    path: Path,
+    *,
+    title: str,
+) -> Path:
+    """Simulated (left) and measured (right) timelines of one plan on a shared time axis."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 1.2 + 0.6 * len(lanes)), sharex=True,
+                             sharey=True)  # fmt: skip
+    _draw_lanes(axes[0], simulated, lanes, "simulated")
+    _draw_lanes(axes[1], measured, lanes, "measured (runtime hooks, last timed step)")
+    handles = [Rectangle((0, 0), 1, 1, color=c) for c in KIND_COLORS.values()]
+    fig.legend(handles, list(KIND_COLORS), loc="upper right", fontsize=8, ncol=3)
+    fig.suptitle(title, fontsize=10, x=0.02, ha="left")
+    return _save(fig, path)
+
+
+def pareto_chart(points: Sequence[tuple[float, float, bool]], path: Path, *, title: str) -> Path:
+    """Every candidate's (time s, energy J) and the Pareto front (``True`` points) as a line."""
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    xs = [1e3 * t for t, _, front in points if not front]
+    ys = [e for _, e, front in points if not front]
+    ax.scatter(xs, ys, s=18, color=OTHER_COLOR, label="ranked candidates")
+    front = sorted((1e3 * t, e) for t, e, f in points if f)
+    ax.plot([p[0] for p in front], [p[1] for p in front], "o-", color="#c44e52",
+            label="Pareto front")  # fmt: skip
+    ax.set_xlabel("predicted iteration time (ms)")
+    ax.set_ylabel("predicted energy per iteration (J)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path

@@ -1,0 +1,94 @@
+"""Suite statistics on synthetic cases, checked against hand computation."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hetplan.bench.runner import profile_sizes
+from hetplan.bench.stats import selections, speedups, summarize
+from hetplan.bench.suite import micro_batches, strategies
+from hetplan.bench.types import PLANNER, CaseResult
+
+
+def case(model: str, cluster: str, strategy: str, predicted: float, measured: float) -> CaseResult:
+    return CaseResult(
+        model=model, cluster=cluster, strategy=strategy, label=strategy, ranks=2,
+        predicted_s=predicted, measured_s=measured, measured_p10_s=measured,
+        measured_p90_s=measured, plan={},
+    )  # fmt: skip
+
+
+H = "local-cpu-hetero"
+CASES = [
+    # errors: +10%, -20%, +50%, 0%, +5% (|error| sorted: 0, .05, .1, .2, .5)
+    case("a", H, "dp", 1.0, 1.1),
+    case("a", H, "gpipe", 1.0, 0.8),
+    case("a", H, "1f1b", 1.0, 1.5),
+    case("a", H, PLANNER, 0.5, 0.5),
+    case("b", "local-cpu", "dp", 2.0, 2.1),
+]
+
+
+def test_error_median_and_p90_by_hand() -> None:
+    s = summarize(CASES)
+    assert s.cases == 5
+    assert s.median_error == pytest.approx(0.1)
+    # p90 of [0, .05, .1, .2, .5] by linear interpolation: position 3.6 -> .2 + .6 * .3 = .38
+    assert s.p90_error == pytest.approx(0.38)
+
+
+def test_selection_pick_fastest_and_speedups() -> None:
+    s = summarize(CASES)
+    # only group a has a planner case; the pick (0.5 s) is the fastest
+    assert [(x.model, x.fastest, x.hit) for x in s.selections] == [("a", PLANNER, True)]
+    assert s.selection_accuracy == 1.0
+    assert s.worst_pick_slowdown == 0.0
+    # vs dp: 1.1 / 0.5; vs equal pipeline: min(gpipe .8, 1f1b 1.5) / .5
+    assert s.speedups == {
+        "a": {"vs_dp": pytest.approx(2.2), "vs_equal_pipeline": pytest.approx(1.6)}
+    }
+    assert s.speedup_vs_dp == pytest.approx(2.2)
+
+
+def test_selection_miss_within_and_beyond_tolerance() -> None:
+    cases = [
+        case("a", "c", "dp", 1, 1.00),
+        case("a", "c", PLANNER, 1, 1.04),  # 4% slower: a hit within 5%
+        case("b", "c", "dp", 1, 1.00),
+        case("b", "c", PLANNER, 1, 1.30),  # 30% slower: a miss
+    ]
+    sel = {s.model: s for s in selections(cases)}
+    assert sel["a"].hit and sel["a"].slowdown == pytest.approx(0.04)
+    assert not sel["b"].hit and sel["b"].slowdown == pytest.approx(0.30)
+    s = summarize(cases)
+    assert s.selection_accuracy == 0.5
+    assert s.selection_exact == 0.0
+    assert s.worst_pick_slowdown == pytest.approx(0.30)
+
+
+def test_speedup_geometric_mean_over_models() -> None:
+    cases = [
+        case("a", H, "dp", 1, 2.0), case("a", H, PLANNER, 1, 1.0),
+        case("b", H, "dp", 1, 0.5), case("b", H, PLANNER, 1, 1.0),
+    ]  # fmt: skip
+    assert speedups(cases) == {"a": {"vs_dp": 2.0}, "b": {"vs_dp": 0.5}}
+    assert summarize(cases).speedup_vs_dp == pytest.approx(1.0)
+    assert summarize(cases).speedup_vs_equal_pipeline is None
+
+
+def test_empty_suite_has_nan_errors_and_no_selection() -> None:
+    s = summarize([])
+    assert math.isnan(s.median_error)
+    assert s.selection_accuracy is None
+
+
+def test_suite_shapes() -> None:
+    assert strategies(2) == ["dp", "gpipe", "1f1b"]
+    assert strategies(4) == ["dp", "gpipe", "1f1b", "hybrid"]
+    assert micro_batches(32, 3) == 4  # largest divisor of 32 up to 2 * 3
+    assert micro_batches(16, 2) == 4
+    assert micro_batches(3, 2) == 3
+    assert profile_sizes(32) == (1, 2, 4, 8, 16, 32)
+    assert profile_sizes(12) == (1, 2, 4, 8, 12)
