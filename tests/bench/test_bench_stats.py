@@ -92,3 +92,17 @@ def test_suite_shapes() -> None:
     assert micro_batches(3, 2) == 3
     assert profile_sizes(32) == (1, 2, 4, 8, 16, 32)
     assert profile_sizes(12) == (1, 2, 4, 8, 12)
+
+
+def test_same_plan_measured_twice_is_pooled() -> None:
+    plan = {"strategy": "dp", "micro_batches": 1, "pipelines": [{"batch": 4}]}
+    dp = case("a", H, "dp", 1.0, 1.2)
+    pick = case("a", H, PLANNER, 1.0, 1.0)
+    other = case("a", H, "gpipe", 1.0, 1.05)
+    dp.plan = pick.plan = plan  # the planner picked the dp plan; its runs: 1.2 s and 1.0 s
+    s = summarize([dp, pick, other])
+    # pooled 1.1 s for both; gpipe 1.05 s is the fastest: the pick is 1.1 / 1.05 - 1 slower
+    assert s.selections[0].fastest == "gpipe"
+    assert s.selections[0].slowdown == pytest.approx(1.1 / 1.05 - 1)
+    assert s.speedups["a"]["vs_dp"] == pytest.approx(1.0)
+    assert s.repeatability == pytest.approx(0.2)

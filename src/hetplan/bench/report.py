@@ -96,6 +96,12 @@ def _cases_section(
         f"(target {100 * TARGET_MEDIAN_ERROR:.0f}%), p90 {100 * summary.p90_error:.1f}% "
         f"(target {100 * TARGET_P90_ERROR:.0f}%). error = (measured - predicted) / predicted."
     )
+    if summary.repeatability is not None:
+        doc.para(
+            f"Repeatability: plans measured twice (the planner's pick equal to a fixed plan) "
+            f"differed by {100 * summary.repeatability:.1f}% (median): the noise floor of the "
+            "machine, which no model can beat."
+        )
     if "scatter" in figures:
         doc.image(figures["scatter"], "predicted vs measured scatter")
     rows = [

@@ -6,6 +6,9 @@
   measured fastest of all the plans run there (the fixed strategies and the pick); the pick is
   a hit when it is within ``PICK_TOLERANCE`` of the fastest; its slowdown is
   ``measured(pick) / measured(fastest) - 1``.
+- a plan run twice in a group (the planner's pick equal to a fixed strategy's plan) counts
+  with the mean of its two measurements in selection and speedups, and their difference is
+  the suite's repeatability (the noise floor of the machine).
 - plan quality, on the heterogeneous cluster: ``measured(dp equal split) / measured(pick)``
   and ``measured(best equal-layer pipeline) / measured(pick)``, per model and their geometric
   mean.
@@ -13,6 +16,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from collections import defaultdict
@@ -61,10 +65,37 @@ class Summary:
     speedup_vs_equal_pipeline: float | None
     speedups: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per model: ``vs_dp`` and ``vs_equal_pipeline``."""
+    repeatability: float | None = None
+    """Median |m1/m2 - 1| over plans measured twice (the machine's noise floor)."""
 
 
 def abs_errors(cases: list[CaseResult]) -> list[float]:
     return [abs(c.error) for c in cases]
+
+
+def plan_key(case: CaseResult) -> str:
+    """What makes two cases the same plan (strategy, stages, devices, batches, micro-batches);
+    a case without its plan is only the same as itself."""
+    if not case.plan:
+        return f"case-{id(case)}"
+    fields = ("strategy", "micro_batches", "pipelines", "optimizer", "recompute")
+    return json.dumps({k: case.plan.get(k) for k in fields}, sort_keys=True, default=str)
+
+
+def pooled_times(group: list[CaseResult]) -> dict[int, float]:
+    """id(case) -> the mean measured time of the cases in ``group`` that run the same plan."""
+    by_key: dict[str, list[float]] = defaultdict(list)
+    for c in group:
+        by_key[plan_key(c)].append(c.measured_s)
+    return {id(c): statistics.fmean(by_key[plan_key(c)]) for c in group}
+
+
+def repeat_spreads(cases: list[CaseResult]) -> list[float]:
+    """|m1 / m2 - 1| for every pair of cases of one model x cluster that ran the same plan."""
+    groups: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for c in cases:
+        groups[(c.model, c.cluster, plan_key(c))].append(c.measured_s)
+    return [abs(v[0] / v[1] - 1.0) for v in groups.values() if len(v) == 2]
 
 
 def selections(cases: list[CaseResult]) -> list[Selection]:
@@ -78,8 +109,9 @@ def selections(cases: list[CaseResult]) -> list[Selection]:
         if not picks:
             continue
         pick = picks[0]
-        fastest = min(group, key=lambda c: c.measured_s)
-        slowdown = pick.measured_s / fastest.measured_s - 1.0
+        times = pooled_times(group)
+        fastest = min(group, key=lambda c: (times[id(c)], c.strategy == PLANNER))
+        slowdown = times[id(pick)] / times[id(fastest)] - 1.0
         out.append(
             Selection(
                 model=model, cluster=cluster, pick=pick.label, fastest=fastest.strategy,
@@ -95,14 +127,16 @@ def speedups(cases: list[CaseResult], cluster: str = HETEROGENEOUS) -> dict[str,
     out: dict[str, dict[str, float]] = {}
     models = sorted({c.model for c in cases if c.cluster == cluster})
     for model in models:
-        here = {c.strategy: c for c in cases if c.cluster == cluster and c.model == model}
+        group = [c for c in cases if c.cluster == cluster and c.model == model]
+        times = pooled_times(group)
+        here = {c.strategy: times[id(c)] for c in group}
         if PLANNER not in here:
             continue
-        pick = here[PLANNER].measured_s
+        pick = here[PLANNER]
         figures: dict[str, float] = {}
         if "dp" in here:
-            figures["vs_dp"] = here["dp"].measured_s / pick
-        pipes = [here[s].measured_s for s in PIPELINES if s in here]
+            figures["vs_dp"] = here["dp"] / pick
+        pipes = [here[s] for s in PIPELINES if s in here]
         if pipes:
             figures["vs_equal_pipeline"] = min(pipes) / pick
         out[model] = figures
@@ -131,4 +165,5 @@ def summarize(cases: list[CaseResult]) -> Summary:
             [f["vs_equal_pipeline"] for f in per_model.values() if "vs_equal_pipeline" in f]
         ),
         speedups=per_model,
+        repeatability=statistics.median(rep) if (rep := repeat_spreads(cases)) else None,
     )

@@ -12,6 +12,10 @@ batch-1 special cases) and divided by it. Approximations:
   counted once (in the first layer that saves it).
 * ops outside any layer (the loss, glue code in a custom ``forward``) belong to the layer that
   ran last before them; so the loss is part of the last layer.
+
+Speed (no effect on the figures): modules are built without running weight initialisers
+(:mod:`meta`), runs of identical layers are traced in part (:mod:`dedup`), and zoo graphs are
+cached on disk (:mod:`cache`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -25,8 +26,13 @@ def is_kernel(func: Any) -> bool:
     return kernel
 
 
+def output_tensors(obj: Any) -> list[torch.Tensor]:
+    """Tensors in a module's output (any pytree: dataclasses, model-output classes...)."""
+    return [x for x in tree_leaves(obj) if isinstance(x, torch.Tensor)]
+
+
 def tensors(obj: Any) -> list[torch.Tensor]:
-    """Tensors in nested tuples, lists and dicts (aten op arguments), in order."""
+    """Tensors in nested tuples, lists and dicts (aten op arguments: cheaper than pytree)."""
     out: list[torch.Tensor] = []
     _collect(obj, out)
     return out

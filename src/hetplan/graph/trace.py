@@ -23,7 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from hetplan.graph.attention import fused_attention
 from hetplan.graph.dedup import Dedup
-from hetplan.graph.ops import Desc, describe, is_kernel, storage_key, tensors
+from hetplan.graph.ops import Desc, describe, is_kernel, output_tensors, storage_key, tensors
 
 
 @dataclass
@@ -210,7 +210,7 @@ def _hook_layers(layers: list[nn.Module], state: TraceState, dedup: Dedup | None
         def post(_m: nn.Module, args: Any, out: Any, pos: int = pos) -> None:
             idx = state.stack.pop()
             st = state.stats[idx]
-            outs = tensors(out)
+            outs = output_tensors(out)
             if st.out_bytes < 0 and idx == state.order.index(pos):
                 st.out_bytes = sum(t.nbytes for t in outs)
             for t in outs:

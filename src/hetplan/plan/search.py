@@ -39,7 +39,7 @@ from hetplan.predict import Prediction, predict
 from hetplan.serde import to_data
 
 FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
-PIPELINED_SUBSETS = 16
+PIPELINED_SUBSETS = 8
 """Device subsets (best by a balanced-throughput bound) that get pipelined candidates."""
 TP_SUBSETS = 4
 """Subsets (best by the balanced bound) that get tensor-parallel candidates."""

@@ -3,8 +3,10 @@
 ``predict`` checks the plan against the model and the cluster, prices it
 (:mod:`hetplan.predict.price`), builds the strategy's schedule, simulates it, and adds memory
 (:mod:`hetplan.predict.memory`) and power (busy fraction from the timeline into
-``cost.power.utilization_power``). An infeasible plan is an answer (``feasible=False`` with the
-reasons), never an exception; bad input raises :class:`~hetplan.errors.InputError`.
+``cost.power.utilization_power``). Devices pinned to the same CPU cores are re-priced with
+the speed the simulated overlap gives them (:mod:`hetplan.predict.sharing`). An infeasible
+plan is an answer (``feasible=False`` with the reasons), never an exception; bad input raises
+:class:`~hetplan.errors.InputError`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from hetplan.plan.types import Plan
 from hetplan.predict.check import check_devices, stage_ranges
 from hetplan.predict.memory import infeasible_reasons, plan_memory
 from hetplan.predict.price import PricedPlan, price
+from hetplan.predict.sharing import SHARING_ROUNDS, core_groups, shared_speeds, with_speeds
 from hetplan.schedule import generators as gen
 from hetplan.schedule.builder import paused_gc
 from hetplan.schedule.pipeline import Order
@@ -136,6 +139,11 @@ def predict(
     reasons = infeasible_reasons(memory)
     with paused_gc():  # big schedules: see paused_gc
         timeline = simulate(build_schedule(plan, priced))
+        groups = core_groups(cluster, plan.devices)
+        for _ in range(SHARING_ROUNDS if groups else 0):
+            shared = with_speeds(cluster, shared_speeds(timeline, groups))
+            priced = price(plan, graph, shared, compute, ranges)
+            timeline = simulate(build_schedule(plan, priced))
     t_iter = timeline.iteration_time_s
     workers = set(plan.devices)
     devices: list[DevicePrediction] = []

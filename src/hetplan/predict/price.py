@@ -114,11 +114,15 @@ def _stage_compute(
         opt = max(opt, (measured / tp) if measured is not None else analytical)
     if tp > 1:
         ids = [d.id for d in devices]
+        memo: dict[float, float] = {}  # blocks repeat: price each activation size once
         for k, layer in enumerate(graph.layers[lo : hi + 1]):
             if layer.params:
                 act = float(layer.out_bytes * mb)
-                fwd += comm.tp_block_comm_time(act, ids, cluster, passes="fwd")
-                bwd[k] += comm.tp_block_comm_time(act, ids, cluster, passes="bwd")
+                if act not in memo:
+                    memo[act] = comm.tp_block_comm_time(act, ids, cluster, passes="fwd")
+                # Forward and backward each run two allreduces of the same size.
+                fwd += memo[act]
+                bwd[k] += memo[act]
     return fwd, bwd, opt, sources
 
 

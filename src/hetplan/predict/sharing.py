@@ -1,0 +1,85 @@
+"""Processes that share CPU cores (e.g. two ranks pinned to one core, speed 1/2 each).
+
+A cluster file declares such a device's ``speed`` as its share of the core when all of its
+core-mates compute at the same time. The operating system's scheduler (Linux CFS: runnable
+threads share a core equally; a blocked one uses none of it) gives a busy process the whole
+core while its core-mates wait, for example in a pipeline's bubbles or while they wait for a
+transfer. So a process's real speed depends on the schedule: with capacity ``C`` (the sum of the
+declared speeds of the devices pinned to the same cores) and ``k`` members computing at once,
+each gets ``C / k``.
+
+:func:`shared_speeds` estimates each member's effective speed as ``C / k_avg``, where
+``k_avg`` is the time-weighted number of members computing during its own compute time in a
+simulated timeline; :func:`hetplan.predict.predict` re-prices and re-simulates with those
+speeds a few times (a fixed-point iteration), starting from the declared ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+
+from hetplan.cluster.spec import Cluster
+from hetplan.schedule.types import COMPUTE_KINDS
+from hetplan.simulate import Timeline
+
+SHARING_ROUNDS = 3
+"""Re-simulations with the effective speeds (the estimate moves little after 2-3 rounds on
+the suite's plans; each round costs one more pricing and simulation)."""
+
+
+def core_groups(cluster: Cluster, devices: list[str]) -> list[tuple[list[str], float]]:
+    """Groups of ``devices`` pinned to the same cores (two or more), each with the capacity
+    of those cores: the sum of the declared speeds of *all* cluster devices pinned there."""
+    by_cpus: dict[tuple[int, ...], list[str]] = defaultdict(list)
+    for d in cluster.devices:
+        if d.cpus:
+            by_cpus[tuple(sorted(d.cpus))].append(d.id)
+    wanted = set(devices)
+    out = []
+    for members in by_cpus.values():
+        used = [m for m in members if m in wanted]
+        if len(used) >= 2:
+            out.append((used, sum(cluster.device(m).speed for m in members)))
+    return out
+
+
+def busy_overlap(timeline: Timeline, members: list[str]) -> dict[str, float]:
+    """Per member: the time-weighted number of members computing while it computes (>= 1);
+    members that never compute are left out."""
+    events: list[tuple[float, int, str]] = []
+    for op in timeline.ops():
+        if op.kind in COMPUTE_KINDS and op.device in members and op.end > op.start:
+            events += [(op.start, 1, op.device), (op.end, -1, op.device)]
+    events.sort(key=lambda e: (e[0], e[1]))
+    active: dict[str, int] = defaultdict(int)
+    busy: dict[str, float] = defaultdict(float)
+    weighted: dict[str, float] = defaultdict(float)
+    last = events[0][0] if events else 0.0
+    for t, step, dev in events:
+        dt = t - last
+        if dt > 0:
+            running = [d for d, n in active.items() if n > 0]
+            for d in running:
+                busy[d] += dt
+                weighted[d] += dt * len(running)
+        active[dev] += step
+        last = t
+    return {d: weighted[d] / busy[d] for d in busy if busy[d] > 0}
+
+
+def shared_speeds(timeline: Timeline, groups: list[tuple[list[str], float]]) -> dict[str, float]:
+    """Effective speed ``capacity / k_avg`` of every member that computes."""
+    out: dict[str, float] = {}
+    for members, capacity in groups:
+        for dev, k in busy_overlap(timeline, members).items():
+            out[dev] = capacity / k
+    return out
+
+
+def with_speeds(cluster: Cluster, speeds: dict[str, float]) -> Cluster:
+    """``cluster`` with the given devices' speeds replaced."""
+    devices = tuple(
+        dataclasses.replace(d, speed=speeds[d.id]) if d.id in speeds else d for d in cluster.devices
+    )
+    return dataclasses.replace(cluster, devices=devices)

@@ -1,0 +1,87 @@
+"""Processes sharing a core: effective speed from the simulated overlap (predict.sharing)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from predict_synthetic import FixedCompute, cluster, graph
+
+from hetplan.cluster.spec import Cluster
+from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.predict import predict
+from hetplan.predict.sharing import busy_overlap, core_groups
+from hetplan.simulate.timeline import Op
+
+REF = ModelRef(name="syn")
+
+
+def _pinned(speeds: tuple[float, ...], cpus: tuple[tuple[int, ...] | None, ...]) -> Cluster:
+    c = cluster(len(speeds), speeds=speeds)
+    devices = tuple(dataclasses.replace(d, cpus=p) for d, p in zip(c.devices, cpus, strict=True))
+    return dataclasses.replace(c, devices=devices)
+
+
+def _plan(strategy: str, stages: list[list[str]], devices: list[str], m: int, b: int) -> Plan:
+    if strategy == "dp":
+        pipes = [
+            PipelinePlan(stages=[StagePlan(layers=stages[0], devices=[d])], batch=b)
+            for d in devices
+        ]
+        return Plan(model=REF, strategy="dp", global_batch=b * len(devices), pipelines=pipes)
+    st = [StagePlan(layers=ls, devices=[d]) for ls, d in zip(stages, devices, strict=True)]
+    return Plan(
+        model=REF, strategy=strategy, global_batch=b, micro_batches=m,
+        pipelines=[PipelinePlan(stages=st, batch=b)],
+    )  # fmt: skip
+
+
+class _Timeline:
+    def __init__(self, ops: list[Op]) -> None:
+        self._ops = ops
+
+    def ops(self) -> list[Op]:
+        return self._ops
+
+
+def test_overlap_weighted_by_time() -> None:
+    # a computes [0, 2], b computes [1, 3]: each is alone half of its time, together the
+    # other half, so k = (1 * 1 + 1 * 2) / 2 = 1.5 for both
+    ops = [Op("a", "fwd", 0, 0, 0.0, 2.0), Op("b", "bwd", 0, 0, 1.0, 3.0),
+           Op("c", "fwd", 0, 0, 0.0, 3.0), Op("a", "send", 0, 0, 2.0, 9.0)]  # fmt: skip
+    k = busy_overlap(_Timeline(ops), ["a", "b"])  # type: ignore[arg-type]
+    assert k == pytest.approx({"a": 1.5, "b": 1.5})
+
+
+def test_core_groups_count_members_in_the_plan_and_capacity_of_all() -> None:
+    c = _pinned((1.0, 0.5, 0.5), ((0,), (1,), (1,)))
+    assert core_groups(c, ["n0.0", "n0.1", "n0.2"]) == [(["n0.1", "n0.2"], 1.0)]
+    assert core_groups(c, ["n0.0", "n0.1"]) == []  # alone on its core in this plan
+
+
+def test_pipeline_stages_sharing_a_core_never_overlap_with_one_micro_batch() -> None:
+    # GPipe with one micro-batch: stage 0 and stage 1 never compute at the same time, so each
+    # process has the whole core: the same as two devices of speed 1.
+    g = graph(2, params=0)  # no optimizer step (it would run on both at once)
+    plan = _plan("gpipe", [["l0"], ["l1"]], ["n0.0", "n0.1"], 1, 8)
+    shared = predict(plan, g, _pinned((0.5, 0.5), ((1,), (1,))), FixedCompute())
+    full = predict(plan, g, cluster(2, speeds=(1.0, 1.0)), FixedCompute())
+    assert shared.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
+
+
+def test_data_parallel_ranks_sharing_a_core_keep_their_declared_share() -> None:
+    # Both replicas compute all the time at the same time: each gets half of the core.
+    g = graph(2, params=0)
+    plan = _plan("dp", [["l0", "l1"]], ["n0.0", "n0.1"], 1, 8)
+    shared = predict(plan, g, _pinned((0.5, 0.5), ((1,), (1,))), FixedCompute())
+    declared = predict(plan, g, cluster(2, speeds=(0.5, 0.5)), FixedCompute())
+    assert shared.iteration_time_s == pytest.approx(declared.iteration_time_s, rel=1e-9)
+
+
+def test_pipeline_with_overlap_lies_between_the_bounds() -> None:
+    g = graph(2, params=0)
+    plan = _plan("gpipe", [["l0"], ["l1"]], ["n0.0", "n0.1"], 4, 8)
+    shared = predict(plan, g, _pinned((0.5, 0.5), ((1,), (1,))), FixedCompute()).iteration_time_s
+    slow = predict(plan, g, cluster(2, speeds=(0.5, 0.5)), FixedCompute()).iteration_time_s
+    fast = predict(plan, g, cluster(2, speeds=(1.0, 1.0)), FixedCompute()).iteration_time_s
+    assert fast < shared < slow
