@@ -12,7 +12,7 @@ import json
 import typing
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import yaml
 from pydantic import ConfigDict, TypeAdapter, ValidationError
@@ -62,7 +62,8 @@ def _describe(err: ValidationError) -> str:
 def from_data(cls: type[T], data: Any, source: str) -> T:
     """Build ``cls`` from plain data; raise InputError naming ``source`` and the field."""
     try:
-        return _adapter(cls).validate_python(data)  # type: ignore[no-any-return]
+        adapter: TypeAdapter[T] = _adapter(cast(Any, cls))
+        return adapter.validate_python(data)
     except ValidationError as err:
         raise InputError(f"{source}: {_describe(err)}") from None
     except ValueError as err:  # raised by __post_init__ checks

@@ -111,6 +111,7 @@ def strategies(ranks: int) -> list[str]:
 
 def micro_batches(per_pipeline_batch: int, stages: int) -> int:
     """The largest divisor of the pipeline batch up to ``MICRO_BATCHES_PER_STAGE * stages``
-    (the runtime exchanges fixed-shape micro-batches)."""
-    target = min(MICRO_BATCHES_PER_STAGE * stages, per_pipeline_batch)
+    (the runtime exchanges fixed-shape micro-batches) leaving at least 2 samples per
+    micro-batch (batch normalisation needs more than one value per channel in training)."""
+    target = max(1, min(MICRO_BATCHES_PER_STAGE * stages, per_pipeline_batch // 2))
     return max(d for d in range(1, target + 1) if per_pipeline_batch % d == 0)

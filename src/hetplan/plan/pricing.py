@@ -13,10 +13,10 @@ from hetplan.cost.memory import MASTER_COPY_BYTES, OPTIMIZER_SLOTS, OPTIMIZER_ST
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.tp import SEP, members
+from hetplan.predict.memory import DTYPE_BYTES
 
 Floats = NDArray[np.float64]
 
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # bytes per element
 
 
 @dataclass
