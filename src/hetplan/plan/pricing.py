@@ -18,7 +18,6 @@ from hetplan.predict.memory import DTYPE_BYTES
 Floats = NDArray[np.float64]
 
 
-
 @dataclass
 class Pricing:
     """Caches ``compute.layer_costs`` as numpy arrays; devices of one type and speed share."""
