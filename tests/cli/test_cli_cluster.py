@@ -44,7 +44,7 @@ def test_cluster_show_table() -> None:
     out = result.output
     assert "4x V100-32GB" in out and "4x T4" in out
     assert "total peak compute: 95.2 TFLOP/s fp32, 760 TFLOP/s fp16" in out
-    assert "slowest link: v100.0 <-> t4.0 10GbE, 1.175 GB/s, 40.0 us" in out
+    assert "slowest link: v100.0 <-> t4.0 10GbE, 1.175 GB/s, 20.0 us" in out
     assert "fastest link: v100.0 <-> v100.1 NVLink2, 45 GB/s, 2.0 us" in out
 
 
