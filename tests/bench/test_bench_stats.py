@@ -37,6 +37,8 @@ def test_error_median_and_p90_by_hand() -> None:
     assert s.median_error == pytest.approx(0.1)
     # p90 of [0, .05, .1, .2, .5] by linear interpolation: position 3.6 -> .2 + .6 * .3 = .38
     assert s.p90_error == pytest.approx(0.38)
+    # p10 equals the median in these cases: the same figure
+    assert s.median_error_p10 == pytest.approx(0.1)
 
 
 def test_selection_pick_fastest_and_speedups() -> None:

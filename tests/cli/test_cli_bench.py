@@ -40,3 +40,20 @@ def test_bench_rejects_unknown_strategy(capsys: pytest.CaptureFixture[str]) -> N
         main(["bench", "--strategies", "ps"])
     assert exc.value.code == 2
     assert "--strategies: 'ps'" in capsys.readouterr().err
+
+
+def test_bench_rerenders_a_saved_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    case = {
+        "model": "m", "cluster": "local-cpu", "strategy": "dp", "label": "dp x2", "ranks": 2,
+        "predicted_s": 0.1, "measured_s": 0.125, "measured_p10_s": 0.11,
+        "measured_p90_s": 0.13, "plan": {},
+    }  # fmt: skip
+    saved = tmp_path / "results.json"
+    saved.write_text(json.dumps({"quick": True, "steps": 1, "warmup": 0, "cases": [case]}))
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--from-results", str(saved), "--out", str(tmp_path), "--json"])
+    assert (exc.value.code or 0) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["median_error"] == pytest.approx(0.25)
+    assert data["selection_accuracy"] is None  # no planner case
+    assert "+25.0%" in (tmp_path / "report.md").read_text()

@@ -121,7 +121,7 @@ def _run_cluster(
             seconds=pick.search_s, candidates=pick.ranking.screened,
         )
     )  # fmt: skip
-    if not result.pareto or (name == HETEROGENEOUS and HETEROGENEOUS not in result.pareto_model):
+    if _better_pareto(result, name, len(pick.ranking.ranked)):
         result.pareto_model = f"{model.key} on {name}"
         front = {id(r) for r in pick.ranking.pareto}
         result.pareto = [
@@ -140,6 +140,16 @@ def _run_cluster(
         case.planner_strategy = pick.plan.strategy
         case.search_s = pick.search_s
         result.cases.append(case)
+
+
+def _better_pareto(result: SuiteResult, cluster: str, candidates: int) -> bool:
+    """Whether this search's candidates should be the report's Pareto figure: the
+    heterogeneous cluster's search with the most ranked candidates (the richest front)."""
+    if not result.pareto:
+        return True
+    here = cluster == HETEROGENEOUS
+    shown = result.pareto_model.endswith(f" on {HETEROGENEOUS}")
+    return (here and not shown) or (here == shown and candidates > len(result.pareto))
 
 
 def run_case(

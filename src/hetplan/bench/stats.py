@@ -65,6 +65,9 @@ class Summary:
     speedup_vs_equal_pipeline: float | None
     speedups: dict[str, dict[str, float]] = field(default_factory=dict)
     """Per model: ``vs_dp`` and ``vs_equal_pipeline``."""
+    median_error_p10: float = math.nan
+    """Median |error| against each case's 10th-percentile step (the steps least disturbed by
+    other jobs on the machine): a secondary figure, to tell model error from load."""
     repeatability: float | None = None
     """Median |m1/m2 - 1| over plans measured twice (the machine's noise floor)."""
 
@@ -165,5 +168,10 @@ def summarize(cases: list[CaseResult]) -> Summary:
             [f["vs_equal_pipeline"] for f in per_model.values() if "vs_equal_pipeline" in f]
         ),
         speedups=per_model,
+        median_error_p10=statistics.median(
+            abs(c.measured_p10_s / c.predicted_s - 1.0) for c in cases
+        )
+        if cases
+        else math.nan,
         repeatability=statistics.median(rep) if (rep := repeat_spreads(cases)) else None,
     )

@@ -17,7 +17,7 @@ from hetplan.bench.suite import EXECUTABLE_FAMILIES, FULL, QUICK, select_models
 from hetplan.bench.types import PLANNER, SuiteResult
 from hetplan.cli.output import console, print_json
 from hetplan.errors import InputError
-from hetplan.serde import to_data, write_json_atomic
+from hetplan.serde import load_file, to_data, write_json_atomic
 
 PLANNER_SIZES_FULL = (8, 16)
 """Extra homogeneous cluster sizes the full suite times the planner on (no run)."""
@@ -78,8 +78,15 @@ def bench_cmd(
     profile_dir: Annotated[
         Path | None, typer.Option(help="Profile store (default $HETPLAN_PROFILE_DIR or cache).")
     ] = None,
+    from_results: Annotated[
+        Path | None,
+        typer.Option("--from-results", help="Re-render the report of a results.json (no run)."),
+    ] = None,
 ) -> None:
     """Run the validation suite on this machine and write report.md / report.html."""
+    if from_results is not None:
+        _finish(load_file(SuiteResult, from_results), out, as_json)
+        return
     config = QUICK if quick else FULL
     changes: dict[str, Any] = {"cluster_dir": clusters}
     if models:
@@ -102,19 +109,28 @@ def bench_cmd(
     result = run_suite(config, profile_dir=profile_dir, progress=progress, planner_sizes=sizes)
     result.quick = quick
     result.command = shlex.join(["hetplan", *sys.argv[1:]])
-    md, page = write_report(result, out)
+    out.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out / "results.json", to_data(result))
+    _finish(result, out, as_json)
+
+
+def _finish(result: SuiteResult, out: Path, as_json: bool) -> None:
+    md, page = write_report(result, out)
     summary = summarize(result.cases)
     if as_json:
         print_json(_json(result, summary, out))
         return
     console.print(
         f"{summary.cases} cases: |error| median {100 * summary.median_error:.1f}%, "
-        f"p90 {100 * summary.p90_error:.1f}%; selection accuracy "
-        f"{summary.selection_accuracy}; speedup vs dp {summary.speedup_vs_dp}, vs equal "
-        f"pipeline {summary.speedup_vs_equal_pipeline}"
+        f"p90 {100 * summary.p90_error:.1f}%; selection accuracy {_fmt(summary.selection_accuracy)}"
+        f"; speedup vs dp {_fmt(summary.speedup_vs_dp)}, vs equal pipeline "
+        f"{_fmt(summary.speedup_vs_equal_pipeline)}"
     )
     console.print(f"wrote {md} and {page}")
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def register(app: typer.Typer) -> None:

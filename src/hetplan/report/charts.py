@@ -17,6 +17,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import NullFormatter
 
 KIND_COLORS = {"fwd": "#4c72b0", "bwd": "#dd8452", "optimizer": "#55a868"}
 OTHER_COLOR = "#8c8c8c"
@@ -57,6 +58,8 @@ def scatter_chart(points: Sequence[Point], path: Path, *, title: str) -> Path:
                     alpha=0.08, label="±20%")  # fmt: skip
     ax.set_xscale("log")
     ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):  # minor-tick labels of a log axis overlap
+        axis.set_minor_formatter(NullFormatter())
     ax.set_xlabel("predicted iteration time (ms)")
     ax.set_ylabel("measured iteration time (ms)")
     ax.set_title(title, fontsize=10)
