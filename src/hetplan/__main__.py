@@ -1,0 +1,5 @@
+"""``python -m hetplan``: the same as the ``hetplan`` command."""
+
+from hetplan.cli.main import main
+
+main()
