@@ -15,7 +15,8 @@ from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
 from hetplan.graph import build_graph
 from hetplan.plan.objective import Limits, parse_objective
-from hetplan.plan.search import FAMILIES, SearchOptions, search
+from hetplan.plan.options import FAMILIES, SearchOptions
+from hetplan.plan.search import search
 from hetplan.plan.types import ModelRef
 from hetplan.predict import DATASET_SIZES
 from hetplan.profile.select import compute_model

@@ -5,6 +5,10 @@ a roofline takes the larger of the two instead, since on GPUs the two overlap wi
 kernel (Williams, Waterman & Patterson 2009, "Roofline"). Efficiencies and the per-kernel
 launch overhead come from the device type (``DeviceType.compute_efficiency``,
 ``memory_efficiency``, ``kernel_overhead_s``), so a cluster file can override them.
+
+In fp32, PyTorch runs convolutions on TF32 tensor cores by default but not matmuls, so a
+layer's convolution FLOPs (``LayerInfo.fwd_conv_flops``/``bwd_conv_flops``) are priced at the
+device's ``tf32`` peak where it has one (:class:`AnalyticalCompute`).
 """
 
 from __future__ import annotations
@@ -24,6 +28,10 @@ FloatArray = npt.NDArray[np.float64]
 # weight gradient dW (same size). Gradient accumulation (grad += dW) would add a read.
 FWD_WEIGHT_PASSES = 1  # weight-sized memory passes in forward (read W)
 BWD_WEIGHT_PASSES = 2  # weight-sized memory passes in backward (read W, write dW)
+# PyTorch's TF32 defaults for fp32 work on Ampere and later GPUs; source: PyTorch docs, "CUDA
+# semantics", section "TensorFloat-32 (TF32) on Ampere (and later) devices".
+CONV_TF32_DEFAULT = True  # torch.backends.cudnn.allow_tf32 default: fp32 convs run as TF32
+MATMUL_TF32_DEFAULT = False  # torch.backends.cuda.matmul.allow_tf32 default: matmuls stay fp32
 # Entries kept by one AnalyticalCompute instance before it starts over (bounds memory).
 CACHE_ENTRIES = 4096
 
@@ -58,6 +66,8 @@ class _GraphArrays:
 
     fwd_flops: FloatArray
     bwd_flops: FloatArray
+    fwd_conv: FloatArray
+    bwd_conv: FloatArray
     fwd_io: FloatArray
     bwd_io: FloatArray
     param_bytes: FloatArray
@@ -72,6 +82,8 @@ class _GraphArrays:
         return cls(
             fwd_flops=col("fwd_flops"),
             bwd_flops=col("bwd_flops"),
+            fwd_conv=col("fwd_conv_flops"),
+            bwd_conv=col("bwd_conv_flops"),
             fwd_io=col("fwd_io_bytes"),
             bwd_io=col("bwd_io_bytes"),
             param_bytes=col("param_bytes"),
@@ -91,12 +103,28 @@ class AnalyticalCompute:
     with ``P`` the peak FLOP/s for ``dtype``, ``W`` the layer's parameter bytes (forward
     reads the weights once; backward reads them and writes their gradients), ``K`` kernels,
     ``o`` the per-kernel overhead, ``speed`` the device's share of its type.
+
+    In fp32 on a device type with a ``tf32`` peak ``P_tf32``, the compute term splits the
+    FLOPs by operator class: ``b (C / (P_c eff_c) + (F - C) / (P_o eff_c))`` with ``C`` the
+    layer's convolution FLOPs, ``P_c = P_tf32`` if ``conv_tf32`` (PyTorch's default,
+    :data:`CONV_TF32_DEFAULT`) else ``P``, and ``P_o = P_tf32`` if ``matmul_tf32``
+    (default :data:`MATMUL_TF32_DEFAULT`, False) else ``P``. Other dtypes and devices without
+    a ``tf32`` peak (CPUs) use ``b F / (P eff_c)``.
+
     Results are cached per (graph, device figures, batch): the planner asks for the same
     pairs many times. Graphs are treated as immutable (they are frozen dataclasses).
     """
 
-    def __init__(self, dtype: str = "fp32") -> None:
+    def __init__(
+        self,
+        dtype: str = "fp32",
+        *,
+        conv_tf32: bool = CONV_TF32_DEFAULT,
+        matmul_tf32: bool = MATMUL_TF32_DEFAULT,
+    ) -> None:
         self.dtype = dtype
+        self.conv_tf32 = conv_tf32
+        self.matmul_tf32 = matmul_tf32
         self._arrays: dict[int, tuple[ModelGraph, _GraphArrays]] = {}
         self._costs: dict[tuple[object, ...], list[LayerCost]] = {}
 
@@ -114,27 +142,42 @@ class AnalyticalCompute:
         """Forward and backward seconds of every layer as arrays (vectorised roofline)."""
         t = device.type
         a = self._graph_arrays(graph)
-        peak = t.flops(self.dtype) * t.compute_efficiency
+        conv_peak, other_peak = self.peaks(device)
+        conv_peak *= t.compute_efficiency
+        other_peak *= t.compute_efficiency
         bw = t.memory_bandwidth * t.memory_efficiency
 
-        def one(flops: FloatArray, io: FloatArray, passes: int, kernels: FloatArray) -> FloatArray:
-            compute = batch * flops / peak
+        def one(
+            flops: FloatArray, conv: FloatArray, io: FloatArray, passes: int, kernels: FloatArray
+        ) -> FloatArray:
+            if conv_peak == other_peak:  # one rate for every op: the plain roofline
+                compute = batch * flops / other_peak
+            else:
+                compute = batch * (conv / conv_peak + (flops - conv) / other_peak)
             memory = (batch * io + passes * a.param_bytes) / bw
             out: FloatArray = (
                 np.maximum(compute, memory) + kernels * t.kernel_overhead_s
             ) / device.speed
             return out
 
-        fwd = one(a.fwd_flops, a.fwd_io, FWD_WEIGHT_PASSES, a.fwd_kernels)
-        bwd = one(a.bwd_flops, a.bwd_io, BWD_WEIGHT_PASSES, a.bwd_kernels)
+        fwd = one(a.fwd_flops, a.fwd_conv, a.fwd_io, FWD_WEIGHT_PASSES, a.fwd_kernels)
+        bwd = one(a.bwd_flops, a.bwd_conv, a.bwd_io, BWD_WEIGHT_PASSES, a.bwd_kernels)
         return fwd, bwd
+
+    def peaks(self, device: Device) -> tuple[float, float]:
+        """Peak FLOP/s (before efficiency) for convolution and for all other FLOPs."""
+        peak = device.type.flops(self.dtype)
+        tf32 = device.type.peak_flops.get("tf32")
+        if self.dtype != "fp32" or tf32 is None:
+            return peak, peak
+        return (tf32 if self.conv_tf32 else peak), (tf32 if self.matmul_tf32 else peak)
 
     def layer_costs(self, graph: ModelGraph, device: Device, batch: int) -> list[LayerCost]:
         """Cost of every layer of ``graph`` on ``device`` for a micro-batch of ``batch``."""
         t = device.type
         key = (
             id(graph),
-            t.flops(self.dtype),
+            self.peaks(device),
             t.memory_bandwidth,
             t.compute_efficiency,
             t.memory_efficiency,

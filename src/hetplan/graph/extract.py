@@ -217,6 +217,8 @@ def _layer_info(name: str, st: LayerStats, params: list[torch.Tensor], batch: in
         name=name,
         fwd_flops=st.fwd_flops / batch,
         bwd_flops=st.bwd_flops / batch,
+        fwd_conv_flops=st.fwd_conv_flops / batch,
+        bwd_conv_flops=st.bwd_conv_flops / batch,
         params=sum(p.numel() for p in params),
         param_bytes=sum(sizes),
         param_tensor_bytes=sizes,

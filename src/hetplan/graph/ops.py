@@ -26,6 +26,45 @@ def is_kernel(func: Any) -> bool:
     return kernel
 
 
+# Convolution operators (forward and backward): cuDNN runs them on TF32 tensor cores in fp32
+# by default, unlike matmuls (see ``hetplan.cost.compute.CONV_TF32_DEFAULT``). Names, not
+# objects: some exist only on some backends or torch versions.
+_CONV_NAMES = frozenset(
+    f"aten::{name}"
+    for name in (
+        "convolution",
+        "_convolution",
+        "convolution_overrideable",
+        "convolution_backward",
+        "convolution_backward_overrideable",
+        "cudnn_convolution",
+        "cudnn_convolution_transpose",
+        "mkldnn_convolution",
+        "miopen_convolution",
+        "miopen_convolution_transpose",
+        "miopen_depthwise_convolution",
+        "_slow_conv2d_forward",
+        "_slow_conv2d_backward",
+        "slow_conv3d_forward",
+        "slow_conv_dilated2d",
+        "slow_conv_dilated3d",
+        "slow_conv_transpose2d",
+        "slow_conv_transpose3d",
+        "_conv_depthwise2d",
+        "conv_depthwise3d",
+    )
+)
+_CONV: dict[Any, bool] = {}
+"""Per operator: is it a convolution (cached like ``_KERNEL``)."""
+
+
+def is_conv(func: Any) -> bool:
+    conv = _CONV.get(func)
+    if conv is None:
+        conv = _CONV[func] = func.name() in _CONV_NAMES
+    return conv
+
+
 def output_tensors(obj: Any) -> list[torch.Tensor]:
     """Tensors in a module's output (any pytree: dataclasses, model-output classes...)."""
     return [x for x in tree_leaves(obj) if isinstance(x, torch.Tensor)]

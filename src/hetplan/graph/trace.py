@@ -23,7 +23,15 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from hetplan.graph.attention import fused_attention
 from hetplan.graph.dedup import Dedup
-from hetplan.graph.ops import Desc, describe, is_kernel, output_tensors, storage_key, tensors
+from hetplan.graph.ops import (
+    Desc,
+    describe,
+    is_conv,
+    is_kernel,
+    output_tensors,
+    storage_key,
+    tensors,
+)
 
 
 @dataclass
@@ -32,6 +40,9 @@ class LayerStats:
 
     fwd_flops: int = 0
     bwd_flops: int = 0
+    fwd_conv_flops: int = 0
+    """Part of ``fwd_flops`` done by convolution operators (:func:`ops.is_conv`)."""
+    bwd_conv_flops: int = 0
     fwd_io: int = 0
     bwd_io: int = 0
     fwd_kernels: int = 0
@@ -107,12 +118,14 @@ class TraceState:
     def record(self, func: Any, args: Any, out: Any, flops: int) -> None:
         ins, outs = tensors(args), tensors(out)
         kernel = is_kernel(func)
+        conv = flops if flops and is_conv(func) else 0
         self.n_ops += 1
         if self.backward:
             layer = self.cur_bwd
             st = self.stats[layer]
             st.ops += 1
             st.bwd_flops += flops
+            st.bwd_conv_flops += conv
             if kernel:
                 st.bwd_kernels += 1
                 self.bwd_ops.append((layer, describe(ins), describe(outs)))
@@ -122,6 +135,7 @@ class TraceState:
         st = self.stats[layer]
         st.ops += 1
         st.fwd_flops += flops
+        st.fwd_conv_flops += conv
         keys = [storage_key(t) for t in ins]
         if kernel:
             st.fwd_kernels += 1

@@ -40,6 +40,11 @@ class LayerInfo:
     """Number of forward operators (kernel launches) per pass."""
     bwd_kernels: int = 0
     """Number of backward operators per pass."""
+    fwd_conv_flops: float = 0.0
+    """Part of ``fwd_flops`` done by convolution operators (priced apart: cuDNN runs fp32
+    convolutions on TF32 tensor cores by default, see :mod:`hetplan.cost.compute`)."""
+    bwd_conv_flops: float = 0.0
+    """Part of ``bwd_flops`` done by convolution operators (``convolution_backward``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

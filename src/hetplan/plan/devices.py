@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hetplan.cluster.spec import Cluster
+from hetplan.plan.tp import members
 
 MAX_EXHAUSTIVE_SUBSETS = 256
 """Enumerate every count vector per pool up to this many subsets; coarser above."""
@@ -83,7 +84,7 @@ def pipeline_orders(
     layers big weights: which end suits the fast devices depends on the model)."""
     by_node: dict[str, list[str]] = {}
     for d in devices:
-        by_node.setdefault(cluster.device(d.split("+")[0]).node, []).append(d)
+        by_node.setdefault(cluster.device(members(d)[0]).node, []).append(d)
     for ids in by_node.values():
         ids.sort(key=lambda d: -speed[d])
 
@@ -126,7 +127,7 @@ def groups_by_node(cluster: Cluster, devices: Sequence[str]) -> list[list[str]]:
     """One group per node (HetPipe's node-per-virtual-worker placement)."""
     by_node: dict[str, list[str]] = {}
     for d in devices:
-        by_node.setdefault(cluster.device(d.split("+")[0]).node, []).append(d)
+        by_node.setdefault(cluster.device(members(d)[0]).node, []).append(d)
     return list(by_node.values())
 
 

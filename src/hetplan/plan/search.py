@@ -13,36 +13,25 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hetplan.cluster.spec import Cluster
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import ModelGraph
-from hetplan.plan.candidates import (
-    MAX_PIPELINE_STAGES,
-    dp_candidate,
-    equal_pipeline,
-    hybrid_candidates,
-    pipeline_candidates,
-    ps_candidate,
-    refine,
-)
+from hetplan.plan.candidates import dp_candidate, equal_pipeline, refine
 from hetplan.plan.context import Candidate, Context
-from hetplan.plan.devices import subsets
 from hetplan.plan.explain import reasons
-from hetplan.plan.objective import Limits, Metrics, Objective, pareto_front
+from hetplan.plan.objective import Metrics, Objective, pareto_front
+from hetplan.plan.options import Progress, SearchOptions
 from hetplan.plan.pricing import Pricing
-from hetplan.plan.tp import TP_DEGREES, is_transformer, tp_groups
+from hetplan.plan.screen import screen
 from hetplan.plan.types import ModelRef, Plan
 from hetplan.predict import Prediction, predict
 from hetplan.serde import to_data
 
-FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
-PIPELINED_SUBSETS = 8
-"""Device subsets (best by a balanced-throughput bound) that get pipelined candidates."""
-TP_SUBSETS = 4
-"""Subsets (best by the balanced bound) that get tensor-parallel candidates."""
+__all__ = ["Ranked", "Ranking", "SearchOptions", "search"]
+
 CLOSE_FAMILY_RATIO = 1.5
 """Families whose best estimate is within this factor of the best get SIMULATED_PER_FAMILY
 simulations; the others get one (to show in the table)."""
@@ -50,9 +39,6 @@ REFINED_PER_FAMILY = 4
 """Screened candidates per family whose micro-batch count is refined."""
 SIMULATED_PER_FAMILY = 3
 """Refined candidates per family that get a full simulation."""
-
-Progress = Callable[[str, int, int], None]
-"""``(phase, done, total)`` callback for a progress bar."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,16 +75,6 @@ class Ranking:
         return self.ranked[0]
 
 
-@dataclass(frozen=True, kw_only=True)
-class SearchOptions:
-    batch: int
-    objective: Objective
-    limits: Limits = field(default_factory=Limits)
-    optimizer: str = "sgd"
-    families: tuple[str, ...] = FAMILIES
-    dataset_size: int | None = None
-
-
 def search(
     model: ModelRef,
     graph: ModelGraph,
@@ -117,7 +93,7 @@ def search(
         cluster_name=cluster.name,
     )
     rejected: Counter[str] = Counter()
-    pool = _screen(ctx, cluster, opts, rejected, progress)
+    pool = screen(ctx, cluster, opts, rejected, progress)
     refined = _shortlist(pool, opts.objective, REFINED_PER_FAMILY)
     refined += [r for c in refined for r in refine(ctx, c)]
     chosen = _final_list(refined, opts.objective)
@@ -131,82 +107,6 @@ def search(
     ranking.baseline_failures = failures
     ranking.reasons = reasons(ranking, cluster)
     return ranking
-
-
-def _screen(
-    ctx: Context,
-    cluster: Cluster,
-    opts: SearchOptions,
-    rejected: Counter[str],
-    progress: Progress | None,
-) -> list[Candidate]:
-    """Data parallel and PS on every subset; pipelines and hybrids on the most promising."""
-    subs = [s for s in subsets(cluster, opts.limits.max_devices) if len(s) <= ctx.batch]
-    pool: list[Candidate] = []
-    for devices in subs:
-        dp = dp_candidate(ctx, devices)
-        if dp is None:
-            rejected["out of memory"] += 1
-            continue
-        pool += [dp] if "dp" in opts.families else []
-        if "ps" in opts.families and len(devices) > 1:
-            pool.append(ps_candidate(ctx, devices, dp))
-    piped = [s for s in ("gpipe", "1f1b", "pipedream") if s in opts.families]
-    shallow = [s for s in subs if 1 < len(s) <= MAX_PIPELINE_STAGES] if piped else []
-    deep = [s for s in subs if len(s) > 3] if "hybrid" in opts.families else []
-    work = [(s, True) for s in _promising(ctx, shallow, opts.objective)]
-    work += [(s, False) for s in _promising(ctx, deep, opts.objective)]
-    for i, (devices, single) in enumerate(work):
-        if single:
-            pool.extend(pipeline_candidates(ctx, devices, piped))  # type: ignore[arg-type]
-        else:
-            pool.extend(hybrid_candidates(ctx, devices))
-        if progress is not None:
-            progress("screening", i + 1, len(work))
-    if is_transformer(ctx.graph):
-        pool.extend(_tensor_parallel(ctx, cluster, subs, opts))
-    if not pool and not rejected:
-        rejected["no candidate: no requested strategy applies to these devices"] += 1
-    return pool
-
-
-def _tensor_parallel(
-    ctx: Context, cluster: Cluster, subs: Sequence[tuple[str, ...]], opts: SearchOptions
-) -> list[Candidate]:
-    """Transformers: TP groups inside nodes as slots of data parallel, single pipelines and
-    hybrids, on the subsets most promising by the balanced bound."""
-    out: list[Candidate] = []
-    piped = [s for s in ("gpipe", "1f1b") if s in opts.families]
-    multi = [s for s in subs if len(s) > 1]
-    for devices in _promising(ctx, multi, opts.objective)[:TP_SUBSETS]:
-        for tp in TP_DEGREES:
-            groups = tp_groups(cluster, devices, tp)
-            if groups is None:
-                continue
-            dp = dp_candidate(ctx, groups)
-            if dp is not None and "dp" in opts.families:
-                out.append(dp)
-            if len(groups) > 1:
-                out.extend(pipeline_candidates(ctx, groups, piped, orders=1))  # type: ignore[arg-type]
-            if len(groups) > 3 and "hybrid" in opts.families:
-                out.extend(hybrid_candidates(ctx, groups))
-    return out
-
-
-def _promising(
-    ctx: Context, subs: Sequence[tuple[str, ...]], objective: Objective
-) -> list[tuple[str, ...]]:
-    """The PIPELINED_SUBSETS subsets best by a perfectly balanced bound: every device busy,
-    the batch done at the summed throughput of the subset (no bubble, no communication)."""
-    if len(subs) <= PIPELINED_SUBSETS:
-        return list(subs)
-    bounds = []
-    for devices in subs:
-        time_s = ctx.batch / sum(ctx.pricing.speed(d, 1) for d in devices)
-        bounds.append(ctx.metrics(time_s, dict.fromkeys(devices, time_s)))
-    scores = objective.scores(bounds)
-    order = sorted(range(len(subs)), key=scores.__getitem__)
-    return [subs[i] for i in order[:PIPELINED_SUBSETS]]
 
 
 def _shortlist(pool: Sequence[Candidate], objective: Objective, keep: int) -> list[Candidate]:
