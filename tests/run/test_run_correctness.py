@@ -54,6 +54,22 @@ def test_dp_uneven_batches() -> None:
     assert all(len(r["grads"]) == 6 for r in raw)  # 3 linear layers x (weight, bias)
 
 
+def test_dp_gradient_accumulation() -> None:
+    # 3 micro-batches of uneven rank batches (7 -> 3+2+2, 5 -> 2+2+1): the accumulated
+    # update still equals single-process training on the global batch.
+    plan = Plan(
+        model=MODEL,
+        strategy="dp",
+        global_batch=12,
+        micro_batches=3,
+        pipelines=[
+            PipelinePlan(stages=[_stage(LAYERS, "a")], batch=7),
+            PipelinePlan(stages=[_stage(LAYERS, "b")], batch=5),
+        ],
+    )
+    _check(plan)
+
+
 def test_gpipe_uneven_stages() -> None:
     plan = Plan(
         model=MODEL,

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from datetime import timedelta
 from typing import Any
@@ -80,7 +81,9 @@ class Groups:
 
 
 class DataParallelStep:
-    """dp: the whole model under DistributedDataParallel."""
+    """dp: the whole model under DistributedDataParallel, accumulating gradients over
+    ``plan.micro_batches`` slices of the rank's batch (DDP's ``no_sync`` on all but the last,
+    so one allreduce per step; the planner chooses this when a replica's batch does not fit)."""
 
     def __init__(
         self, ctx: RankContext, plan: Plan, source: ModelSource, model: nn.Module, groups: Groups
@@ -89,16 +92,31 @@ class DataParallelStep:
         self.source = source
         self.world = ctx.world_size
         self.scale = ctx.world_size / plan.global_batch
+        self.micro_batches = plan.micro_batches
         ids = [ctx.local_rank] if ctx.device.startswith("cuda") else None
         self.ddp = DistributedDataParallel(
             model, device_ids=ids, process_group=groups.world, bucket_cap_mb=plan.bucket_mb
         )
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> float | None:
-        loss = self.source.loss(self.ddp(x), y) * (x.shape[0] * self.scale)
-        loss.backward()
+        chunks = list(
+            zip(
+                torch.tensor_split(x, self.micro_batches),
+                torch.tensor_split(y, self.micro_batches),
+                strict=True,
+            )
+        )
+        total = 0.0
+        for k, (xs, ys) in enumerate(chunks):
+            # Each slice backpropagates mean(slice) * n_slice * W / B: the sum over slices and
+            # DDP's average over ranks is the gradient of the global-batch mean loss.
+            sync = k == len(chunks) - 1
+            with contextlib.nullcontext() if sync else self.ddp.no_sync():
+                loss = self.source.loss(self.ddp(xs), ys) * (xs.shape[0] * self.scale)
+                loss.backward()
+            total += float(loss.detach())
         # This rank's share of the global-batch mean loss: mean(local) * n_local / B.
-        return float(loss.detach()) / self.world
+        return total / self.world
 
 
 def _stage_examples(
