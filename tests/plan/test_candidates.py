@@ -210,11 +210,15 @@ def test_ps_candidate_shards_on_every_worker() -> None:
 
 def test_micro_batch_counts_by_hand() -> None:
     assert micro_counts(4, 64) == [4, 8, 16]
-    assert micro_counts(4, 6) == [4, 6]
+    assert micro_counts(4, 6) == [6]  # 4 does not divide 6: the next divisor
     assert micro_counts(3, 2) == [2]
     assert micro_counts(64, 512) == [64, 128]  # capped at MAX_MICROBATCHES beyond S
     assert coarse_count(4, 64) == 8
     assert coarse_count(4, 3) == 3
+    assert coarse_count(3, 16) == 8  # 2S = 6 does not divide 16: the next divisor
+    for stages in range(1, 9):
+        for batch in (1, 6, 16, 30, 64, 100):
+            assert all(batch % m == 0 for m in micro_counts(stages, batch))
 
 
 def _assert_pipeline_shape(ctx: Context, cand: Candidate, offered: Sequence[str]) -> None:

@@ -16,7 +16,8 @@ def table_rows(ranking: Ranking, top: int) -> list[Ranked]:
     """The best plan of each family and the baselines, best first, at most ``top``."""
     rows: list[Ranked] = []
     seen: set[str] = set()
-    for r in ranking.ranked:
+    extra = [b for b in ranking.baselines.values() if b not in ranking.ranked]
+    for r in sorted([*ranking.ranked, *extra], key=lambda r: r.score):
         if r.candidate.baseline is not None:
             rows.append(r)
         elif r.candidate.family not in seen:

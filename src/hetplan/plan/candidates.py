@@ -134,14 +134,24 @@ def ps_candidate(ctx: Context, devices: Sequence[str], dp: Candidate) -> Candida
     return Candidate(family="ps", label=label, plan=plan, estimate=dp.estimate)
 
 
+def _divisor_at_least(batch: int, target: int) -> int:
+    """The smallest divisor of ``batch`` that is >= ``target``: torch.distributed.pipelining
+    exchanges fixed-shape micro-batches, so executable counts divide the batch."""
+    return next(d for d in range(max(target, 1), batch + 1) if batch % d == 0)
+
+
 def micro_counts(stages: int, batch: int) -> list[int]:
-    """Micro-batch counts worth trying for a pipeline of ``stages`` over ``batch`` samples."""
+    """Micro-batch counts worth trying for a pipeline of ``stages`` over ``batch`` samples:
+    about S, 2S and 4S, each the next divisor of the batch."""
     cap = max(min(stages, batch), min(batch, MAX_MICROBATCHES))
-    return sorted({min(batch, cap, f * stages) for f in MICROBATCH_FACTORS})
+    targets = {min(batch, cap, f * stages) for f in MICROBATCH_FACTORS}
+    return sorted({_divisor_at_least(batch, t) for t in targets})
 
 
 def coarse_count(stages: int, batch: int) -> int:
-    return min(batch, max(min(stages, batch), min(MAX_MICROBATCHES, COARSE_FACTOR * stages)))
+    """The micro-batch count used when screening (about 2S, a divisor of the batch)."""
+    target = min(batch, max(min(stages, batch), min(MAX_MICROBATCHES, COARSE_FACTOR * stages)))
+    return _divisor_at_least(batch, target)
 
 
 def _stages(ctx: Context, part: Partition, devs: Sequence[str]) -> list[StagePlan]:
@@ -283,13 +293,17 @@ def hybrid_candidates(ctx: Context, devices: Sequence[str]) -> list[Candidate]:
     return out
 
 
-def _hybrid_shares(ctx: Context, slots: tuple[tuple[str, ...], ...]) -> list[int]:
-    """Per-replica batch in proportion to the replica's summed device speed."""
-    return split_batch(ctx.batch, [sum(ctx.pricing.speed(d, 1) for d in g) for g in slots])
+def _hybrid_shares(ctx: Context, slots: tuple[tuple[str, ...], ...], m: int = 1) -> list[int]:
+    """Per-replica batch in proportion to the replica's summed device speed, in whole
+    multiples of ``m`` micro-batches when the batch allows (so the plan is executable)."""
+    weights = [sum(ctx.pricing.speed(d, 1) for d in g) for g in slots]
+    if ctx.batch % m == 0 and ctx.batch // m >= len(slots):
+        return [units * m for units in split_batch(ctx.batch // m, weights)]
+    return split_batch(ctx.batch, weights)
 
 
 def _hybrid_at(ctx: Context, slots: tuple[tuple[str, ...], ...], m: int) -> Candidate | None:
-    shares = _hybrid_shares(ctx, slots)
+    shares = _hybrid_shares(ctx, slots, m)
     if m > min(shares):
         return None
     micro = tuple(math.ceil(b / m) for b in shares)

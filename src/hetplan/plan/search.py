@@ -228,7 +228,13 @@ def _rank(
     ]
     ranked_all.sort(key=lambda r: r.score)
     base = {r.candidate.baseline: r for r in ranked_all if r.candidate.baseline is not None}
-    within = [r for r in ranked_all if not opts.limits.violations(r.metrics, iterations)]
+    # Baselines are always predicted for comparison, but only requested families can win.
+    within = [
+        r
+        for r in ranked_all
+        if r.candidate.family in opts.families
+        and not opts.limits.violations(r.metrics, iterations)
+    ]
     front = pareto_front([(r.metrics.time_s, r.metrics.energy_j) for r in within])
     return Ranking(
         objective=opts.objective,
