@@ -232,8 +232,7 @@ def _rank(
     within = [
         r
         for r in ranked_all
-        if r.candidate.family in opts.families
-        and not opts.limits.violations(r.metrics, iterations)
+        if r.candidate.family in opts.families and not opts.limits.violations(r.metrics, iterations)
     ]
     front = pareto_front([(r.metrics.time_s, r.metrics.energy_j) for r in within])
     return Ranking(
