@@ -1,8 +1,18 @@
-"""Suite-wide isolation: no test reads the user's profile store or caches."""
+"""Suite-wide isolation: no test reads or writes the user's profile store or caches."""
 
 import os
+import shutil
 import tempfile
 
+import pytest
+
 _ROOT = tempfile.mkdtemp(prefix="hetplan-tests-")
-os.environ.setdefault("HETPLAN_PROFILE_DIR", os.path.join(_ROOT, "profiles"))
-os.environ.setdefault("HETPLAN_CACHE_DIR", os.path.join(_ROOT, "cache"))
+# Assigned, not defaulted: a user's own HETPLAN_* settings must not leak into the tests.
+os.environ["HETPLAN_PROFILE_DIR"] = os.path.join(_ROOT, "profiles")
+os.environ["HETPLAN_CACHE_DIR"] = os.path.join(_ROOT, "cache")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_scratch() -> object:
+    yield
+    shutil.rmtree(_ROOT, ignore_errors=True)

@@ -104,8 +104,18 @@ def load_file(cls: type[T], path: Path) -> T:
     return from_data(cls, read_structured(path), str(path))
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON to ``path`` via a temporary file, so a failure leaves nothing half-written."""
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file, so a failure leaves nothing
+    half-written; an unwritable path is an InputError naming it."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{path}: cannot write ({err.strerror})") from None
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON to ``path`` atomically (see ``write_text_atomic``)."""
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")

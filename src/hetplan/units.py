@@ -6,9 +6,7 @@ GB = 1e9
 GiB = 2.0**30
 MiB = 2.0**20
 TERA = 1e12
-GIGA = 1e9
 US = 1e-6
-MS = 1e-3
 
 
 def gbit_per_s(x: float) -> float:

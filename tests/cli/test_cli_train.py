@@ -109,3 +109,12 @@ def test_ps_is_not_executable_yet(tmp_path: Path, capsys: pytest.CaptureFixture[
     code, _, err = _run(["train", str(path), "--cluster", LOCAL], capsys)
     assert code == 2
     assert "strategy ps is not executable yet (see docs/run.md)" in err
+
+
+def test_non_positive_timeout_is_refused_before_launch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = _plan(tmp_path, "gpipe", ["local.0", "local.1"])
+    code, _, err = _run(["train", plan, "--cluster", LOCAL, "--timeout", "-1"], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and "--timeout must be > 0" in err

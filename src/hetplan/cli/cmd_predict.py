@@ -97,6 +97,15 @@ def _print(pred: Prediction) -> None:
         console.print(f"note: {note}")
 
 
+def _reject_with_plan(given: dict[str, bool]) -> None:
+    """Options that build a plan contradict ``--plan``: say so instead of ignoring them."""
+    clash = [name for name, is_set in given.items() if is_set]
+    if clash:
+        raise InputError(
+            f"{', '.join(clash)} cannot be combined with --plan (the plan file sets it)"
+        )
+
+
 def predict_cmd(
     cluster: Annotated[Path, typer.Option("--cluster", help="Cluster file (YAML or JSON).")],
     model: Annotated[str | None, typer.Option("--model", help="Zoo name or file.py:fn.")] = None,
@@ -130,6 +139,27 @@ def predict_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Predict iteration/epoch time, throughput, memory, power, energy and EDP of one plan."""
+    if plan_file is not None:
+        _reject_with_plan(
+            {
+                "--strategy": strategy is not None,
+                "--dp": dp is not None,
+                "--pp": pp is not None,
+                "--tp": tp != 1,
+                "--microbatches": microbatches is not None,
+                "--microbatch-size": microbatch_size is not None,
+                "--partition": partition is not None,
+                "--devices": devices is not None,
+                "--batch": batch is not None,
+                "--dataset": dataset is not None,
+                "--optimizer": optimizer != "sgd",
+                "--sync": sync != "bsp",
+                "--staleness": staleness != 0,
+                "--ps-devices": ps_devices is not None,
+                "--ps-async": ps_async,
+                "--recompute": recompute,
+            }
+        )
     clus = load_cluster(cluster)
     if plan_file is not None:
         plan = load_file(Plan, plan_file)

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from hetplan.cluster.spec import DeviceType
 from hetplan.errors import InputError
-from hetplan.units import GiB
+from hetplan.units import TERA, GiB
 
-TERA = 1e12
 GBPS = 1e9  # spec sheets quote memory bandwidth in decimal GB/s
 
 # Idle power as a fraction of TDP (dimensionless). Datacenter HBM GPUs kept in P0 by

@@ -64,7 +64,7 @@ from hetplan.cluster.links import LINK_CATALOG, link_type
 from hetplan.cluster.resolve import resolve_config
 from hetplan.cluster.spec import DEFAULT_COLLECTIVE_OVERHEAD_S, Cluster
 from hetplan.errors import InputError
-from hetplan.serde import from_data, read_structured, to_data
+from hetplan.serde import from_data, read_structured, to_data, write_text_atomic
 from hetplan.units import US
 
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
@@ -278,6 +278,4 @@ def config_to_data(config: ClusterConfig) -> dict[str, Any]:
 def write_cluster_config(path: Path, config: ClusterConfig) -> None:
     """Write ``config`` as a YAML cluster file (via a temporary file)."""
     text = yaml.safe_dump(config_to_data(config), sort_keys=False, default_flow_style=None)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_text_atomic(path, text)

@@ -33,7 +33,9 @@ SHM_EFFICIENCY = 1.0
 # p2pBandwidthLatencyTest GPU-GPU P2P write latency: ~2 us over NVLink, ~5 us over PCIe.
 NVLINK_LATENCY_S = 2e-6
 PCIE_LATENCY_S = 5e-6
-# Loopback TCP round trip ~20-40 us for gloo small messages on one host (rough).
+# Small gloo message between processes on one host, one way: about half a loopback TCP round
+# trip of ~40 us (rough). `hetplan profile-links` measured 0.35-1.25 ms on the loaded 2-core
+# development machine (see examples/clusters/local-cpu*.yaml): measure real hosts.
 SHM_LATENCY_S = 20e-6
 # Kernel TCP one-way latency, about half a LAN ping round trip (~100 us on 1GbE, ~40 us on
 # 10GbE, ~20 us with 25-100GbE NICs).

@@ -13,12 +13,11 @@ from hetplan.cluster.catalog import DEVICE_CATALOG, catalog_name, device_type
 from hetplan.cluster.links import link_type
 from hetplan.cluster.spec import Cluster, Device, DeviceType, Link
 from hetplan.errors import InputError
-from hetplan.units import GB, GiB, gbit_per_s
+from hetplan.units import GB, TERA, GiB, gbit_per_s
 
 if TYPE_CHECKING:
     from hetplan.cluster.config import ClusterConfig, DeviceTypeConfig, LinkConfig, NodeConfig
 
-TERA = 1e12
 # Microseconds per second; dividing (not multiplying by 1e-6) keeps 5 us == 5e-6 exactly.
 PER_S = 1e6
 

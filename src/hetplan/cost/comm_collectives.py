@@ -29,9 +29,7 @@ def p2p_time(nbytes: float, link: Link) -> float:
     Source: Hockney's model; the same model as paper 003 Sec. 5.1.2 ("latency of starting
     the communication ... and the ratio between the data size and the link bandwidth").
     """
-    if nbytes <= 0:
-        return 0.0
-    return link.latency_s + nbytes / link.bandwidth
+    return link.transfer_s(nbytes)
 
 
 def transfer_time(nbytes: float, src: str, dst: str, cluster: Cluster) -> float:

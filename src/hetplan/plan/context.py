@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hetplan.cost.power import utilization_power
+from hetplan.cost.power import dollars, energy_j, utilization_power
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.objective import Metrics
 from hetplan.plan.partition import Partition
@@ -65,22 +65,22 @@ class Context:
         """Metrics of an iteration of ``time_s`` with ``busy`` compute seconds per device."""
         cluster = self.pricing.cluster
         power = 0.0
-        dollars: float | None = 0.0
+        cost: float | None = 0.0
         used = 0
         for slot, seconds in busy.items():
             for dev_id in members(slot):
                 used += 1
                 dtype = cluster.device(dev_id).type
                 power += utilization_power(dtype, min(seconds / time_s, 1.0))
-                if dtype.price_per_hour is None or dollars is None:
-                    dollars = None
+                if dtype.price_per_hour is None or cost is None:
+                    cost = None
                 else:
-                    dollars += dtype.price_per_hour * time_s / 3600.0
+                    cost += dollars(dtype.price_per_hour, time_s)
         return Metrics(
             time_s=time_s,
             samples_per_s=self.batch / time_s,
             power_w=power,
-            energy_j=power * time_s,
-            dollars=dollars,
+            energy_j=energy_j(power, time_s),
+            dollars=cost,
             devices=used,
         )

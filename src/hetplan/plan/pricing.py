@@ -119,6 +119,6 @@ class Pricing:
             )
             self._master = MASTER_COPY_BYTES if dtype_bytes < 4 else 0
         weights, params, saved = self._mem_base
-        per_param = OPTIMIZER_SLOTS.get(optimizer, 2) * OPTIMIZER_STATE_BYTES + self._master
+        per_param = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES + self._master
         copies = 2 + stashed + int(synced)
         return (weights * copies + params * per_param + saved * (batch * in_flight)) / tp

@@ -18,6 +18,7 @@ from typing import Any
 from hetplan.cluster.spec import Cluster
 from hetplan.cost import power as pw
 from hetplan.cost.types import ComputeModel
+from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.types import Plan
 from hetplan.predict.check import check_devices, stage_ranges
@@ -173,7 +174,9 @@ def predict(
         )
     power = sum(d.power_w for d in devices)
     e_iter = pw.energy_j(power, t_iter)
-    iters = math.ceil(dataset_size / plan.global_batch) if dataset_size else None
+    if dataset_size is not None and dataset_size < 1:
+        raise InputError(f"dataset size must be >= 1 sample (got {dataset_size})")
+    iters = math.ceil(dataset_size / plan.global_batch) if dataset_size is not None else None
     epoch = iters * t_iter if iters is not None else None
     e_epoch = pw.energy_j(power, epoch) if epoch is not None else None
     prices = [cluster.device(d.id).type.price_per_hour for d in devices]

@@ -51,6 +51,8 @@ def run_plan(
     check_plan(plan, cluster, src)
     if steps < 1 or warmup < 0:
         raise InputError(f"steps ({steps}) must be >= 1 and warmup ({warmup}) >= 0")
+    if timeout_s <= 0:
+        raise InputError(f"--timeout must be > 0 seconds (got {timeout_s:g})")
     cpus = [cluster.device(d).cpus for d in plan.devices] if cluster is not None else None
     payload = {
         "plan": plan,
