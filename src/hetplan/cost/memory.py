@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hetplan.cluster.spec import DeviceType
 from hetplan.graph.types import LayerInfo
 from hetplan.units import MiB
 
@@ -39,6 +40,14 @@ class MemoryBreakdown:
     comm_buffers: float
     framework: float
     total: float
+
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # bytes per element
+
+
+def is_gpu(device_type: DeviceType) -> bool:
+    """CPU "devices" (catalog name ``cpu...``) get the small framework allowance."""
+    return not device_type.name.lower().startswith("cpu")
 
 
 def framework_overhead_bytes(is_gpu: bool) -> float:

@@ -17,7 +17,7 @@ from hetplan.cost.comm import (
     layer_tensor_bytes,
     overlapped_allreduce_exposed,
 )
-from hetplan.cost.memory import framework_overhead_bytes
+from hetplan.cost.memory import framework_overhead_bytes, is_gpu
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.devices import group_balanced, groups_by_node, pipeline_orders, split_batch
@@ -25,7 +25,6 @@ from hetplan.plan.partition import Partition, PartitionInfeasible, equal_split
 from hetplan.plan.slots import partition_for
 from hetplan.plan.tp import members
 from hetplan.plan.types import PipelinePlan, StagePlan, Strategy
-from hetplan.predict.memory import is_gpu
 
 MICROBATCH_FACTORS = (1, 2, 4)
 """Micro-batches tried per pipeline, as multiples of its number of stages (GPipe: m >= 4S

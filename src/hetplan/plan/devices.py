@@ -131,14 +131,15 @@ def groups_by_node(cluster: Cluster, devices: Sequence[str]) -> list[list[str]]:
     return list(by_node.values())
 
 
-def split_batch(batch: int, weights: Sequence[float]) -> list[int]:
-    """Integer shares of ``batch`` proportional to ``weights`` (largest remainder), each >= 1."""
+def split_batch(batch: int, weights: Sequence[float], floor: int = 1) -> list[int]:
+    """Integer shares of ``batch`` proportional to ``weights`` (largest remainder), each
+    >= ``floor``; ValueError when ``batch`` cannot give every replica its floor."""
     n = len(weights)
-    if batch < n:
-        raise ValueError(f"batch {batch} is smaller than the {n} replicas")
+    if batch < floor * n:
+        raise ValueError(f"batch {batch} cannot give each of the {n} replicas {floor} samples")
     total = sum(weights)
-    exact = [(batch - n) * w / total for w in weights]
-    shares = [1 + int(x) for x in exact]
+    exact = [(batch - floor * n) * w / total for w in weights]
+    shares = [floor + int(x) for x in exact]
     rest = batch - sum(shares)
     by_remainder = sorted(range(n), key=lambda i: -(exact[i] - int(exact[i])))
     for i in by_remainder[:rest]:

@@ -9,11 +9,15 @@ from numpy.typing import NDArray
 
 from hetplan.cluster.spec import Cluster, DeviceType, Link
 from hetplan.cost.comm import tp_block_comm_time
-from hetplan.cost.memory import MASTER_COPY_BYTES, OPTIMIZER_SLOTS, OPTIMIZER_STATE_BYTES
+from hetplan.cost.memory import (
+    DTYPE_BYTES,
+    MASTER_COPY_BYTES,
+    OPTIMIZER_SLOTS,
+    OPTIMIZER_STATE_BYTES,
+)
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.tp import SEP, members
-from hetplan.predict.memory import DTYPE_BYTES
 
 Floats = NDArray[np.float64]
 

@@ -10,12 +10,12 @@ from numpy.typing import NDArray
 from hetplan.cost.memory import (
     framework_overhead_bytes,
     in_flight_microbatches,
+    is_gpu,
     stashed_weight_versions,
 )
 from hetplan.plan.context import Context, SlotKey
 from hetplan.plan.partition import Partition, partition_fast
 from hetplan.plan.tp import members
-from hetplan.predict.memory import is_gpu
 
 Floats = NDArray[np.float64]
 

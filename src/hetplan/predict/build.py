@@ -20,6 +20,7 @@ from hetplan.cluster.spec import Cluster
 from hetplan.cost.types import ComputeModel
 from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
+from hetplan.plan.devices import split_batch
 from hetplan.plan.types import STRATEGIES, ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.serde import from_data, to_data
 
@@ -69,20 +70,14 @@ def _bounds(n_layers: int, pp: int, partition: Sequence[int] | None) -> list[int
 
 
 def _split_batch(total: int, weights: list[float], floor: int) -> list[int]:
-    """Largest-remainder split of ``total`` in proportion to ``weights``, each >= ``floor``."""
-    if total < floor * len(weights):
+    """``plan.devices.split_batch`` with the CLI's wording for a batch that is too small."""
+    try:
+        return split_batch(total, weights, floor)
+    except ValueError:
         raise InputError(
             f"--batch: {total} samples cannot give {len(weights)} replicas {floor} each "
             f"(one per micro-batch)"
-        )
-    spare = total - floor * len(weights)
-    wsum = sum(weights)
-    exact = [spare * w / wsum for w in weights]
-    shares = [floor + math.floor(x) for x in exact]
-    order = sorted(range(len(weights)), key=lambda i: exact[i] - math.floor(exact[i]), reverse=True)
-    for i in order[: total - sum(shares)]:
-        shares[i] += 1
-    return shares
+        ) from None
 
 
 def _replica_speed(

@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetplan.cluster.spec import Cluster, DeviceType
+from hetplan.cluster.spec import Cluster
 from hetplan.cost import comm
 from hetplan.cost.memory import (
+    DTYPE_BYTES,
     OPTIMIZER_SLOTS,
     OPTIMIZER_STATE_BYTES,
     MemoryBreakdown,
     framework_overhead_bytes,
     in_flight_microbatches,
+    is_gpu,
     stage_memory,
     stashed_weight_versions,
 )
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.types import Plan
 from hetplan.units import fmt_bytes
-
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # bytes per element
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,11 +34,6 @@ class DeviceMemory:
     @property
     def total_bytes(self) -> float:
         return self.breakdown.total + self.ps_shard_bytes
-
-
-def is_gpu(device_type: DeviceType) -> bool:
-    """CPU "devices" (catalog name ``cpu...``) get the small framework allowance."""
-    return not device_type.name.lower().startswith("cpu")
 
 
 def plan_memory(
