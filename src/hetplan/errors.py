@@ -19,3 +19,8 @@ class ModelError(InputError):
 
 class InfeasibleError(HetplanError):
     """A plan that cannot run (does not fit in memory, violates a limit); carries the numbers."""
+
+
+class SettingError(InputError, ValueError):
+    """A settings object built with a bad value: an InputError for the CLI (exit 2) and a
+    ValueError for library callers that validate arguments the usual way."""

@@ -133,7 +133,7 @@ def profile(
         path = store_profile(result, out)
     except HetplanError as err:
         raise _fail(err) from None
-    except (ValueError, OSError) as err:
+    except OSError as err:
         raise _fail(InputError(str(err))) from None
     if json_out:
         data: dict[str, Any] = {"path": str(path), "profile": to_data(result)}
@@ -233,7 +233,7 @@ def profile_links(
         write_cluster_config(out, apply_report(config, resolved, report))
     except HetplanError as err:
         raise _fail(err) from None
-    except (ValueError, OSError) as err:
+    except OSError as err:
         raise _fail(InputError(str(err))) from None
     if json_out:
         print_json({"cluster": str(out), "report": to_data(report)})

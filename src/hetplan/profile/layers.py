@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hetplan.errors import InputError
+from hetplan.errors import InputError, SettingError
 from hetplan.profile.fit import LinearFit, Stats, fit_linear, summarize
 from hetplan.profile.hooks import LayerTimer, StepRecord, inplace_layers, resolve_layers
 from hetplan.profile.timing import Clock, MemoryProbe, clock_for, memory_probe_for
@@ -53,9 +53,9 @@ class StepSettings:
 
     def __post_init__(self) -> None:
         if self.warmup < 0 or self.steps < 1:
-            raise ValueError(f"need warmup >= 0 and steps >= 1 (got {self.warmup}, {self.steps})")
+            raise SettingError(f"need warmup >= 0 and steps >= 1 (got {self.warmup}, {self.steps})")
         if self.optimizer not in OPTIMIZERS:
-            raise ValueError(
+            raise SettingError(
                 f"optimizer {self.optimizer!r}: expected one of {', '.join(OPTIMIZERS)}"
             )
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from hetplan.errors import SettingError
 from hetplan.profile.fit import LinearFit, Stats, fit_linear, summarize
 
 # Default message sizes, bytes: 1 KiB to 4 MiB in steps of 16x (latency-bound to
@@ -48,9 +49,9 @@ class LinkBenchSettings:
 
     def __post_init__(self) -> None:
         if not self.sizes or min(self.sizes) < 1:
-            raise ValueError(f"sizes: expected positive byte counts (got {list(self.sizes)})")
+            raise SettingError(f"sizes: expected positive byte counts (got {list(self.sizes)})")
         if self.warmup < 0 or self.iters < 1:
-            raise ValueError(f"need warmup >= 0 and iters >= 1 (got {self.warmup}, {self.iters})")
+            raise SettingError(f"need warmup >= 0 and iters >= 1 (got {self.warmup}, {self.iters})")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from hetplan.cluster.catalog import DEVICE_CATALOG
-from hetplan.errors import InputError
+from hetplan.errors import InputError, SettingError
 from hetplan.graph.data import build_module, loss_function, synthetic_batch
 from hetplan.graph.extract import DTYPES, build_graph
 from hetplan.graph.resolve import resolve_model
@@ -57,9 +57,9 @@ class ProfileRequest:
 
     def __post_init__(self) -> None:
         if self.batch < 1:
-            raise ValueError(f"batch must be >= 1 (got {self.batch})")
+            raise SettingError(f"batch must be >= 1 (got {self.batch})")
         if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be >= 1 (got {self.threads})")
+            raise SettingError(f"threads must be >= 1 (got {self.threads})")
 
     @property
     def sizes(self) -> tuple[int, ...]:
