@@ -15,6 +15,7 @@ import pytest
 
 from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Cluster, Device, DeviceType, Link
+from hetplan.cost.comm import ps_sync_time
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.cost.memory import FRAMEWORK_OVERHEAD_BYTES
 from hetplan.graph import build_graph
@@ -202,6 +203,14 @@ def test_ps_candidate_shards_on_every_worker() -> None:
     assert ps.family == "ps" and ps.plan.strategy == "ps"
     assert ps.plan.ps_devices == devices
     assert ps.plan.pipelines == dp.plan.pipelines
+    # the estimate adds the shards' push and pull after the slowest worker's compute
+    slowest = max(
+        ctx.pricing.step_time(d, p.batch) for d, p in zip(devices, dp.plan.pipelines, strict=True)
+    )
+    sizes = [b for layer in ctx.graph.layers for b in (layer.param_tensor_bytes or [])]
+    sync = ps_sync_time(sizes, devices, devices, c, policy="size").sync_s
+    assert sync > 0
+    assert ps.estimate.time_s == pytest.approx(slowest + sync)
     check_plan(ctx, ps)
 
 

@@ -16,6 +16,7 @@ from hetplan.cost.comm import (
     ddp_buckets,
     layer_tensor_bytes,
     overlapped_allreduce_exposed,
+    ps_sync_time,
 )
 from hetplan.cost.memory import framework_overhead_bytes, is_gpu
 from hetplan.graph.types import ModelGraph
@@ -117,11 +118,21 @@ def _exposed_allreduce(ctx: Context, devices: Sequence[str], slowest: str, batch
 
 
 def ps_candidate(ctx: Context, devices: Sequence[str], dp: Candidate) -> Candidate:
-    """Synchronous parameter server, one shard per worker (co-located, balanced by size).
-
-    Screened with the data-parallel estimate: both move the gradients once per step; the
-    simulator prices the shards' real load.
-    """
+    """Synchronous parameter server, one shard per worker (co-located, balanced by size), on
+    the data-parallel candidate's batches. Screening estimate: the slowest worker's compute,
+    then the push and pull of every shard (``cost.comm.ps_sync_time``, not overlapped)."""
+    m = dp.plan.micro_batches
+    busy = {
+        d: m * ctx.pricing.step_time(d, math.ceil(p.batch / m))
+        for d, p in zip(devices, dp.plan.pipelines, strict=True)
+    }
+    sync = ps_sync_time(
+        [b for sizes in layer_tensor_bytes(ctx.graph.layers) for b in sizes],
+        list(devices),
+        list(devices),
+        ctx.pricing.cluster,
+        policy="size",
+    ).sync_s
     plan = ctx.plan(
         "ps",
         dp.plan.pipelines,
@@ -130,7 +141,8 @@ def ps_candidate(ctx: Context, devices: Sequence[str], dp: Candidate) -> Candida
         ps_assignment="size",
     )
     label = f"ps x{len(devices)} co-located shards"
-    return Candidate(family="ps", label=label, plan=plan, estimate=dp.estimate)
+    estimate = ctx.metrics(max(busy.values()) + sync, busy)
+    return Candidate(family="ps", label=label, plan=plan, estimate=estimate)
 
 
 def _divisor_at_least(batch: int, target: int) -> int:
