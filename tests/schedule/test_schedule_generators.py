@@ -59,7 +59,7 @@ def test_gpipe_order() -> None:
 
 def test_optimizer_insertion_sync_and_lagged() -> None:
     ops = [("F", 0), ("B", 0), ("F", 1), ("B", 1), ("F", 2), ("B", 2), ("F", 3), ("B", 3)]
-    sync = insert_optimizer(ops, 2, 2, None)
+    sync = insert_optimizer(ops, 2, None)
     assert sync == [
         ("F", 0),
         ("B", 0),
@@ -72,7 +72,7 @@ def test_optimizer_insertion_sync_and_lagged() -> None:
         ("B", 3),
         ("O", 1),
     ]
-    lag1 = insert_optimizer(ops, 2, 2, 1)
+    lag1 = insert_optimizer(ops, 2, 1)
     # Wave 0's step goes right before wave 1's first forward; wave 1's (no wave 2) goes last.
     assert lag1.index(("O", 0)) == lag1.index(("F", 2)) - 1
     assert lag1[-1] == ("O", 1)

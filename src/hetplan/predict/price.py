@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import comm
+from hetplan.cost.memory import OPTIMIZER_SLOTS, OPTIMIZER_STATE_BYTES
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.plan.types import Plan
@@ -33,7 +34,9 @@ from hetplan.units import MiB
 # (3 x 4 B); momentum adds the buffer read and write (5 x 4 B); Adam reads p, g, m, v and
 # writes p, m, v (7 x 4 B). Source: torch.optim's update rules (foreach kernels are
 # memory-bound elementwise ops).
-OPTIMIZER_BYTES_PER_PARAM = {"sgd": 12.0, "momentum": 20.0, "adam": 28.0}  # bytes/param
+OPTIMIZER_BYTES_PER_PARAM = {  # bytes/param: p, g read and p written, + each slot read and written
+    name: float((3 + 2 * slots) * OPTIMIZER_STATE_BYTES) for name, slots in OPTIMIZER_SLOTS.items()
+}
 
 
 @dataclass(frozen=True, kw_only=True)

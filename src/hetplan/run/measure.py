@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from hetplan.plan.types import Plan
 from hetplan.serde import to_data, write_json_atomic
 
@@ -81,11 +83,7 @@ class Measurement:
 
 def percentile(values: list[float], q: float) -> float:
     """Linear-interpolation percentile (numpy's default) of a non-empty list, q in [0, 100]."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+    return float(np.percentile(values, q))
 
 
 def summarize(

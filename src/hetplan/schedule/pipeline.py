@@ -34,7 +34,7 @@ def stage_order(order: Order, stage: int, num_stages: int, n: int) -> list[Op]:
     return ops
 
 
-def insert_optimizer(ops: list[Op], m: int, iterations: int, lag: int | None) -> list[Op]:
+def insert_optimizer(ops: list[Op], m: int, lag: int | None) -> list[Op]:
     """Place each iteration's optimizer step ``("O", w)`` in a stage's compute order.
 
     ``lag`` None: right after the iteration's last backward (synchronous, PipeDream). ``lag`` =
@@ -99,7 +99,7 @@ def emit_replica(
     n = m * iterations
     for s, st in enumerate(pipe.stages):
         ctx = _context(r, s, m, pipe)
-        ops = insert_optimizer(stage_order(order, s, num, n), m, iterations, opt_lag)
+        ops = insert_optimizer(stage_order(order, s, num, n), m, opt_lag)
         for kind, j in ops:
             if kind == "F":
                 _emit_fwd(b, ctx, j)
