@@ -71,17 +71,34 @@ def ddp_buckets(
     ``cap_bytes`` for the first bucket too when ``bucket_cap_mb`` is set: pass
     ``first_bucket_bytes=cap_bytes`` for that.
     """
-    buckets: list[GradBucket] = []
-    size, low = 0, -1
-    limit = first_bucket_bytes
-    for layer, nbytes in _ready_order(layer_param_tensor_bytes):
-        size += nbytes
-        low = layer
-        if size >= limit:
-            buckets.append(GradBucket(size, low))
-            size, low, limit = 0, -1, cap_bytes
-    if low >= 0:
-        buckets.append(GradBucket(size, low))
+    sizes = layer_param_tensor_bytes
+    return [
+        GradBucket(sum(int(sizes[layer][i]) for layer, i in members), min(m[0] for m in members))
+        for members in ddp_bucket_members(sizes, cap_bytes, first_bucket_bytes)
+    ]
+
+
+def ddp_bucket_members(
+    layer_param_tensor_bytes: Sequence[Sequence[int]],
+    cap_bytes: float = DDP_BUCKET_CAP_BYTES,
+    first_bucket_bytes: float = DDP_FIRST_BUCKET_BYTES,
+) -> list[list[tuple[int, int]]]:
+    """The tensors of each bucket of :func:`ddp_buckets` as (layer, index in the layer), in
+    the order they join it: what the runtime all-reduces together (one assignment for the
+    price and the run)."""
+    buckets: list[list[tuple[int, int]]] = []
+    open_: list[tuple[int, int]] = []
+    size, limit = 0, first_bucket_bytes
+    for layer in reversed(range(len(layer_param_tensor_bytes))):
+        tensors = layer_param_tensor_bytes[layer]
+        for i in reversed(range(len(tensors))):
+            size += int(tensors[i])
+            open_.append((layer, i))
+            if size >= limit:
+                buckets.append(open_)
+                open_, size, limit = [], 0, cap_bytes
+    if open_:
+        buckets.append(open_)
     return buckets
 
 

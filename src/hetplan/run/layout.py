@@ -68,7 +68,10 @@ def stage_ranks(plan: Plan) -> list[list[int]]:
 
 
 def check_executable(plan: Plan, layer_names: list[str]) -> None:
-    """InputError, naming the field and the numbers, for a plan this runtime cannot execute."""
+    """InputError, naming the field and the numbers, for a plan this runtime cannot execute.
+
+    ``layer_names``: the model's layers at the plan's depth (what ``hetplan inspect`` lists).
+    """
     if plan.strategy not in EXECUTABLE:
         raise InputError(
             f"strategy {plan.strategy} is not executable yet (see docs/run.md); "
@@ -80,12 +83,22 @@ def check_executable(plan: Plan, layer_names: list[str]) -> None:
         raise InputError(f"sync: {plan.sync} is not executable yet (only bsp; see docs/run.md)")
     if plan.strategy != "dp":
         _check_micro_batches(plan)
+    known = set(layer_names)
     for i, pipe in enumerate(plan.pipelines):
         layers = [name for stage in pipe.stages for name in stage.layers]
-        if layers != layer_names:
+        unknown = [name for name in layers if name not in known]
+        if unknown:
             raise InputError(
-                f"pipelines.{i}: stages must cover the model's top-level layers in order, "
-                f"each once; model: {', '.join(layer_names)}; plan: {', '.join(layers)}"
+                f"pipelines.{i}: layer {unknown[0]!r} is not a layer of the model at depth "
+                f"{plan.model.depth or 1} (see hetplan inspect)"
+            )
+        if sorted(layers) != sorted(layer_names):
+            missing = sorted(known - set(layers)) or sorted(
+                {n for n in layers if layers.count(n) > 1}
+            )
+            raise InputError(
+                f"pipelines.{i}: stages must cover every layer of the model once; "
+                f"missing or repeated: {', '.join(missing)}"
             )
 
 
@@ -97,16 +110,3 @@ def _check_micro_batches(plan: Plan) -> None:
                 f"pipelines.{i}.batch ({pipe.batch}) must be a multiple of micro_batches ({m}) "
                 "to run (pipeline stages exchange fixed-shape micro-batches)"
             )
-    if plan.strategy == "1f1b" and m < plan.num_stages:
-        raise InputError(
-            f"micro_batches ({m}) must be >= stages ({plan.num_stages}) for 1f1b "
-            "(torch.distributed.pipelining.Schedule1F1B)"
-        )
-
-
-def schedule_name(plan: Plan) -> str:
-    """The torch schedule a pipelined plan runs: 1F1B where torch allows it (micro-batches >=
-    stages), which for hybrid matches the 1F1B order the predictor uses; GPipe otherwise."""
-    if plan.strategy == "gpipe" or plan.micro_batches < plan.num_stages:
-        return "gpipe"
-    return "1f1b"

@@ -25,14 +25,18 @@ DEFAULT_OUT_DIR = Path("out")
 
 @dataclass(frozen=True, kw_only=True)
 class ActionSpan:
-    """One forward or backward of the last timed step, in seconds from the earliest rank's
-    start of that step (the measured counterpart of a simulated timeline's compute op)."""
+    """One executed action of the last timed step, in seconds from the earliest rank's start
+    of that step: the measured counterpart of one action of the simulated schedule."""
 
     kind: str
-    """``forward`` or ``backward``."""
+    """The schedule's kind (``fwd``, ``bwd``, ``send``, ``allreduce``, ``optimizer``) or
+    ``recv`` (the receiving end of a send: from posting the receive to the data's arrival)."""
     microbatch: int
     start: float
     end: float
+    stage: int = -1
+    part: int = -1
+    """Backward part (split at gradient-bucket boundaries) or allreduce bucket; -1: whole."""
 
 
 @dataclass(kw_only=True)
@@ -51,7 +55,10 @@ class RankFigures:
     """Communication not hidden by compute, plus waiting (bubbles, slower peers)."""
     peak_memory_bytes: int
     memory_source: str
-    """``cuda.max_memory_allocated`` or ``peak RSS`` (includes the runtime's footprint)."""
+    """``cuda.max_memory_allocated`` or ``tensor bytes`` (CPU: live tensor storages, see
+    :mod:`hetplan.run.memory`)."""
+    predicted_memory_bytes: int | None = None
+    """The prediction's peak memory of this rank's device, where there is one."""
     actions: list[ActionSpan] = field(default_factory=list)
     """Forward and backward spans of the last timed step (see :class:`ActionSpan`)."""
 
@@ -135,10 +142,20 @@ def _rank_figures(r: dict[str, Any], warmup: int, origin: float = 0.0) -> RankFi
         wait_s=statistics.median(waits),
         peak_memory_bytes=int(r["peak_memory_bytes"]),
         memory_source=r["memory_source"],
-        actions=[
-            ActionSpan(kind=k, microbatch=int(mb), start=s - origin, end=e - origin)
-            for k, mb, s, e in r.get("actions", [])
-        ],
+        actions=[_span(a, origin) for a in r.get("actions", [])],
+    )
+
+
+def _span(a: list[Any], origin: float) -> ActionSpan:
+    """An action from a rank's trace: (kind, stage, micro-batch, part, start, end)."""
+    kind, stage, mb, part, start, end = a
+    return ActionSpan(
+        kind=str(kind),
+        stage=int(stage),
+        microbatch=int(mb),
+        part=int(part),
+        start=float(start) - origin,
+        end=float(end) - origin,
     )
 
 

@@ -4,8 +4,8 @@ A :class:`ModelSource` is picklable (it travels to every rank) and rebuilds the 
 the same data in every process from a seed, so that a single-process reference can rebuild the
 global batch. :class:`ZooSource` adapts :mod:`hetplan.graph` (zoo names, ``file.py:fn``,
 ``package.module:fn``); :class:`MLPSource` is a tiny self-contained model for tests and smoke
-runs. Every model's top level is a sequence of named children run strictly in order; pipeline
-stages are slices of those children.
+runs. Pipeline stages are cut from the model's traced forward (:mod:`hetplan.run.split`);
+:meth:`ModelSource.build_part` materialises only the parameters a stage reads.
 """
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ from torch.nn import functional as F  # noqa: N812
 
 from hetplan.errors import InputError
 from hetplan.graph import build_module, loss_function, resolve_model, synthetic_batch
+from hetplan.graph.extract import select_layers
+from hetplan.graph.meta import build_on_meta
 from hetplan.plan.types import ModelRef
 
 DTYPES: dict[str, torch.dtype] = {
@@ -33,7 +35,16 @@ class ModelSource(Protocol):
     """A model the runtime can build, feed and score in any process."""
 
     def build(self, seed: int, device: str) -> nn.Module:
-        """The full model, parameters seeded by ``seed``; top-level children run in order."""
+        """The full model, parameters seeded by ``seed`` (the single-process reference)."""
+        ...
+
+    def build_meta(self) -> nn.Module:
+        """The model on the meta device (structure only, no memory)."""
+        ...
+
+    def build_part(self, seed: int, device: str, names: list[str]) -> nn.Module:
+        """The model with (at least) the parameters and buffers ``names`` materialised on
+        ``device``, with the values :meth:`build` gives them; the rest may stay on meta."""
         ...
 
     def batch(self, n: int, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,6 +73,12 @@ class MLPSource:
         layers["head"] = nn.Linear(*pairs[-1])
         return nn.Sequential(layers).to(device)
 
+    def build_meta(self) -> nn.Module:
+        return build_meta_by_build(self)
+
+    def build_part(self, seed: int, device: str, names: list[str]) -> nn.Module:
+        return self.build(seed, device)  # no deferred init: built whole (tests only)
+
     def batch(self, n: int, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         gen = torch.Generator().manual_seed(seed)
         x = torch.randn(n, self.widths[0], generator=gen)
@@ -84,10 +101,17 @@ class ZooSource:
         return resolve_model(self.name, self.dataset)
 
     def build(self, seed: int, device: str) -> nn.Module:
-        return build_module(self._built(), device, seed, DTYPES[self.dtype])
+        return self.build_part(seed, device, None)
+
+    def build_meta(self) -> nn.Module:
+        return build_on_meta(self._built().factory).train()
+
+    def build_part(self, seed: int, device: str, names: list[str] | None) -> nn.Module:
+        # fp32 master weights whatever the training dtype: autocast runs the low precision.
+        return build_module(self._built(), device, seed)
 
     def batch(self, n: int, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-        x, y = synthetic_batch(self._built(), n, device, seed, DTYPES[self.dtype])
+        x, y = synthetic_batch(self._built(), n, device, seed)
         return x, y
 
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -102,18 +126,15 @@ def source_for(model: ModelRef) -> ZooSource:
     return ZooSource(name=model.name, dataset=model.dataset, dtype=model.dtype)
 
 
-def layer_names(source: ModelSource) -> list[str]:
-    """Names of the model's top-level children, built on the meta device (no weights)."""
+def build_meta_by_build(source: ModelSource) -> nn.Module:
+    """``source.build`` on the meta device (for sources without a factory of their own)."""
     with torch.device("meta"):
-        model = source.build(0, "meta")
-    return [name for name, _ in model.named_children()]
+        return source.build(0, "meta")
 
 
-def slice_children(model: nn.Module, layers: list[str]) -> nn.Sequential:
-    """The stage made of ``layers`` (top-level children), keeping their names so that
-    parameter names match the full model's."""
-    children = dict(model.named_children())
-    return nn.Sequential(OrderedDict((name, children[name]) for name in layers))
+def layer_names(source: ModelSource, depth: int = 1) -> list[str]:
+    """Names of the model's layers at ``depth`` (the graph's layers), built on meta."""
+    return [name for name, _ in select_layers(source.build_meta(), depth)]
 
 
 def data_seed(seed: int, step: int, pipeline: int) -> int:

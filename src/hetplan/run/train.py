@@ -17,7 +17,7 @@ ENTRY = "hetplan.run.worker:train_rank"
 
 def check_plan(plan: Plan, cluster: Cluster | None, source: ModelSource) -> None:
     """InputError if the plan cannot be executed here (strategy, layers, devices, one node)."""
-    check_executable(plan, layer_names(source))
+    check_executable(plan, layer_names(source, plan.model.depth or 1))
     if cluster is None:
         return
     for dev in plan.devices:

@@ -7,6 +7,7 @@ function runs under ``torchrun`` on several nodes through ``python -m hetplan.ru
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 from pathlib import Path
@@ -19,12 +20,14 @@ from torch import nn
 from hetplan.cluster import load_cluster
 from hetplan.plan.types import Plan
 from hetplan.run._rank import rank_main
-from hetplan.run.execute import DataParallelStep, Groups, PipelineStep, stage_ties
+from hetplan.run.executor import Executor
 from hetplan.run.launch import RankContext, default_backend
-from hetplan.run.layout import rank_roles
+from hetplan.run.layout import RankRole, rank_roles
 from hetplan.run.measure import default_path, save_measurement, summarize
-from hetplan.run.model import ModelSource, canonical_names, data_seed, source_for
-from hetplan.run.timing import StageClock, peak_memory
+from hetplan.run.memory import measure_step_memory
+from hetplan.run.model import ModelSource, data_seed, source_for
+from hetplan.run.precision import LossScaler
+from hetplan.run.rank_setup import Groups, bucket_sync, exchange_templates, setup_rank
 from hetplan.serde import load_file
 
 # Learning rates of the optimizers. The runtime measures speed, not convergence: any fixed,
@@ -52,57 +55,72 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     if len(roles) != ctx.world_size:
         raise RuntimeError(f"plan has {len(roles)} ranks but the world has {ctx.world_size}")
     role = roles[ctx.rank]
-    model = source.build(seed, ctx.device)
     timeout_s = float(payload.get("collective_timeout_s", COLLECTIVE_TIMEOUT_S))
-    groups = Groups(plan, ctx, timeout_s, stage_ties(model, plan))
-    canonical = canonical_names(model)
-    runner: DataParallelStep | PipelineStep
-    if plan.strategy == "dp":
-        runner = DataParallelStep(ctx, plan, source, model, groups)
-    else:
-        runner = PipelineStep(ctx, role, plan, source, model, groups, seed)
-    module = runner.module
-    clock = StageClock(module, ctx.device)
-    optimizer = make_optimizer(plan.optimizer, list(module.parameters()))
-    out: dict[str, Any] = {
-        "rank": ctx.rank,
-        "device": role.device,
-        "pipeline": role.pipeline,
-        "stage": role.stage,
-        "step_s": [],
-        "forward_s": [],
-        "backward_s": [],
-        "optimizer_s": [],
-        "loss": [],
-        "actions": [],
-        "last_step_start": 0.0,
-    }
+    groups = Groups(plan, ctx.rank, ctx.world_size, timeout_s)
+    setup, _ = setup_rank(plan, role, source, seed, ctx.device)
+    dtype = plan.model.dtype
+    micro = role.batch // plan.micro_batches
+    io = exchange_templates(setup, source, micro, seed, ctx.device, dtype)
+    module = setup.module
+    optimizer = make_optimizer(plan.optimizer, [p for p in module.parameters() if p.requires_grad])
+    executor = Executor(
+        module=module,
+        io=io,
+        actions=setup.actions,
+        device=ctx.device,
+        micro_batches=plan.micro_batches,
+        global_batch=plan.global_batch,
+        loss_fn=source.loss,
+        dtype=dtype,
+        optimizer=optimizer,
+        ties=setup.ties,
+        scaler=LossScaler(dtype == "fp16", groups.world),
+        recompute=plan.recompute,
+    )
+    executor.sync = bucket_sync(setup, plan, groups, executor.record_collective)
+    out = _empty_result(ctx, role)
     for step in range(steps):
         x, y = source.batch(role.batch, data_seed(seed, step, role.pipeline), ctx.device)
-        start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        loss = runner(x, y)
-        before_opt = _now(ctx.device)
+        if step == 0:  # memory is counted on the first step (counting slows it down)
+            out["peak_memory_bytes"], out["memory_source"] = measure_step_memory(
+                ctx.device, functools.partial(executor.step, x, y), module, optimizer
+            )
+        else:
+            executor.step(x, y)
+        _record_step(out, executor)
         if step == 0 and payload.get("return_grads"):
             out["grads"] = {
-                canonical.get(name, name): p.grad.detach().cpu().clone()
+                setup.canonical.get(name, name): p.grad.detach().cpu().clone()
                 for name, p in module.named_parameters()
                 if p.grad is not None
             }
-        optimizer.step()
-        end = _now(ctx.device)
-        fwd, bwd = clock.take()
-        out["step_s"].append(end - start)
-        out["forward_s"].append(fwd)
-        out["backward_s"].append(bwd)
-        out["optimizer_s"].append(end - before_opt)
-        out["loss"].append(loss)
-        # The last step's forward/backward spans (absolute perf_counter; aligned across ranks
-        # in :func:`hetplan.run.measure.summarize`; one host shares one monotonic clock).
-        out["actions"] = [[k, mb, s, e] for k, mb, s, e in clock.take_spans()]
-        out["last_step_start"] = start
-    out["peak_memory_bytes"], out["memory_source"] = peak_memory(ctx.device)
     return out
+
+
+def _empty_result(ctx: RankContext, role: RankRole) -> dict[str, Any]:
+    keys = ("step_s", "forward_s", "backward_s", "optimizer_s", "loss", "actions")
+    out: dict[str, Any] = {key: [] for key in keys}
+    out.update(rank=ctx.rank, device=role.device, pipeline=role.pipeline, stage=role.stage)
+    out["last_step_start"] = 0.0
+    return out
+
+
+def _record_step(out: dict[str, Any], executor: Executor) -> None:
+    """Step figures from the executed trace: compute seconds per kind, and the step's span."""
+    trace = executor.trace
+
+    def total(kind: str) -> float:
+        return sum(t[5] - t[4] for t in trace if t[0] == kind)
+
+    out["step_s"].append(executor.step_end - executor.step_start)
+    out["forward_s"].append(total("fwd"))
+    out["backward_s"].append(total("bwd"))
+    out["optimizer_s"].append(total("optimizer"))
+    out["loss"].append(executor.last_loss)
+    # The last step's actions (absolute perf_counter; aligned across ranks in
+    # :func:`hetplan.run.measure.summarize`; one host shares one monotonic clock).
+    out["actions"] = [list(t) for t in trace]
+    out["last_step_start"] = executor.step_start
 
 
 def _now(device: str) -> float:

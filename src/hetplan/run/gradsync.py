@@ -1,0 +1,160 @@
+"""Gradient synchronisation across replicas, bucket by bucket, overlapped with the backward.
+
+The buckets are the ones the predictor prices (:func:`hetplan.cost.comm_buckets.
+ddp_bucket_members`: DDP's assignment over the stage's parameters in reverse registration
+order). During the backward of a step's last micro-batch, a post-accumulate-grad hook counts
+each bucket's gradients; once a bucket is complete (and every earlier bucket has started, so
+all replicas issue the allreduces in the same order, as DDP's reducer does) its gradients are
+summed over the stage's data-parallel group with one asynchronous allreduce. The optimizer
+action waits for all of them. Each rank's loss is already scaled by its share of the global
+batch, so a sum (not an average) gives the gradient of the global-batch mean.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hetplan.cost.comm_buckets import ddp_bucket_members
+
+Recorder = Callable[[str, int, float, float], None]
+"""(kind, part, start, end): an executed action for the trace."""
+
+
+class BucketSync:
+    """All-reduce of one stage's gradients over its replicas, bucket by bucket."""
+
+    def __init__(
+        self,
+        layer_params: Sequence[Sequence[nn.Parameter]],
+        cap_bytes: float,
+        group: Any,
+        record: Recorder,
+    ) -> None:
+        sizes = [[p.numel() * p.element_size() for p in ps] for ps in layer_params]
+        members = ddp_bucket_members(sizes, cap_bytes)
+        self.buckets: list[list[nn.Parameter]] = [
+            [layer_params[layer][i] for layer, i in m] for m in members
+        ]
+        self.group = group
+        self.record = record
+        self.armed = False
+        self._left: list[int] = []
+        self._works: list[tuple[int, Any, torch.Tensor, float]] = []
+        self._next = 0
+        self._done: dict[int, float] = {}
+        self.ready_s: list[float] = []
+        bucket_of = {id(p): k for k, ps in enumerate(self.buckets) for p in ps}
+        for ps in layer_params:
+            for p in ps:
+                k = bucket_of[id(p)]
+                p.register_post_accumulate_grad_hook(lambda _p, k=k: self._ready(k))
+
+    def arm(self) -> None:
+        """The next backward is the step's last: launch each bucket as it completes."""
+        self.armed = True
+        self._left = [len(b) for b in self.buckets]
+        self._next = 0
+        self._works = []
+        self._done = {}
+        self.ready_s = [0.0] * len(self.buckets)
+
+    def _ready(self, k: int) -> None:
+        if not self.armed:
+            return
+        self._left[k] -= 1
+        if self._left[k] == 0:
+            self.ready_s[k] = time.perf_counter()
+        while self._next < len(self.buckets) and self._left[self._next] <= 0:
+            self.launch(self._next)
+
+    def launch(self, k: int) -> None:
+        """Start bucket ``k`` (and any earlier one not started) if not started yet."""
+        while self._next <= k:
+            j = self._next
+            grads = [_grad(p) for p in self.buckets[j]]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            start = time.perf_counter()
+            work = dist.all_reduce(flat, group=self.group, async_op=True)
+            # Completion time from the backend's callback: the optimizer waits later.
+            work.get_future().then(lambda _f, j=j: self._done.__setitem__(j, time.perf_counter()))
+            self._works.append((j, work, flat, start))
+            self._next += 1
+
+    def finish(self) -> None:
+        """Wait for every bucket and write the sums back into the gradients."""
+        self.launch(len(self.buckets) - 1)
+        for j, work, flat, start in self._works:
+            work.wait()
+            self.record("allreduce", j, start, self._done.get(j, time.perf_counter()))
+            offset = 0
+            for p in self.buckets[j]:
+                g = _grad(p)
+                g.copy_(flat[offset : offset + g.numel()].view_as(g))
+                offset += g.numel()
+        self.armed = False
+        self._works = []
+
+
+def _grad(p: nn.Parameter) -> torch.Tensor:
+    if p.grad is None:
+        p.grad = torch.zeros_like(p)
+    return p.grad
+
+
+TIE_TAG = 1 << 30  # tags of tied-weight messages, above every micro-batch tag
+
+
+class TieSync:
+    """Weights shared by several stages of a pipeline (GPT's embedding and output layer).
+
+    The first stage using the weight owns it (as in the graph's pricing); each later stage
+    sends its partial gradient to the owner after its last backward (downstream stages finish
+    first, so the owner receives it before its own last backward, and its bucket allreduce
+    then carries the pipeline's total); the owner sends the synchronised gradient back at the
+    optimizer step. Megatron-LM keeps tied embeddings in step the same way (an allreduce over
+    the "embedding group"); these transfers are not in the schedule (documented).
+    """
+
+    def __init__(self, module: nn.Module, entries: list[tuple[int, str, bool, list[int]]]) -> None:
+        """``entries``: (tie index, parameter name here, owned by this rank, other ranks)."""
+        self.module = module
+        self.entries = entries
+        self._sends: list[Any] = []
+
+    def _grad(self, name: str) -> torch.Tensor:
+        return _grad(self.module.get_parameter(name))
+
+    def send_partials(self) -> None:
+        """Non-owners: after the last backward, send the partial gradient to the owner."""
+        for i, name, owner, peers in self.entries:
+            if not owner:
+                g = self._grad(name).clone()
+                self._sends.append(dist.isend(g, peers[0], tag=TIE_TAG + 2 * i))
+
+    def add_partials(self) -> None:
+        """Owner: before the last backward, add every later stage's partial gradient."""
+        for i, name, owner, peers in self.entries:
+            if owner:
+                g = self._grad(name)
+                for src in peers:
+                    buf = torch.empty_like(g)
+                    dist.recv(buf, src, tag=TIE_TAG + 2 * i)
+                    g.add_(buf)
+
+    def share_totals(self) -> None:
+        """At the optimizer: the owner sends the synchronised gradient, the others take it."""
+        for i, name, owner, peers in self.entries:
+            g = self._grad(name)
+            if owner:
+                self._sends += [dist.isend(g, dst, tag=TIE_TAG + 2 * i + 1) for dst in peers]
+            else:
+                dist.recv(g, peers[0], tag=TIE_TAG + 2 * i + 1)
+        for w in self._sends:
+            w.wait()
+        self._sends = []

@@ -1,0 +1,205 @@
+"""Set up one rank: its stage program, only its parameters, its actions, its gradient sync.
+
+1. The whole model is built on the meta device (no memory) and cut into the plan's stages
+   (:mod:`hetplan.run.split`).
+2. Only the parameters and buffers the rank's stage reads are materialised on its device
+   (:meth:`hetplan.run.model.ModelSource.build_part`), with the values the single-process
+   reference gets.
+3. The rank's action list comes from the plan's schedule (:mod:`hetplan.run.program`), with the
+   gradient buckets of the real parameters; hybrid and data-parallel stages sync them over the
+   stage's group (:mod:`hetplan.run.gradsync`).
+4. The values crossing each cut are described once by a real forward of one micro-batch, run
+   stage after stage (state and RNG restored afterwards).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hetplan.plan.types import Plan
+from hetplan.run import p2p
+from hetplan.run.executor import StageIO
+from hetplan.run.gradsync import BucketSync, Recorder, TieSync
+from hetplan.run.layout import RankRole, pipeline_ranks, stage_ranks
+from hetplan.run.model import ModelSource, canonical_names
+from hetplan.run.precision import autocast
+from hetplan.run.program import device_actions, execution_schedule
+from hetplan.run.split import SplitProgram, split_program, stage_state
+from hetplan.schedule.types import Action
+from hetplan.units import MiB
+
+
+class Groups:
+    """The data-parallel group of every stage (one rank per pipeline); every rank creates all
+    of them in the same order, as torch.distributed requires."""
+
+    def __init__(self, plan: Plan, rank: int, world: int, timeout_s: float) -> None:
+        timeout = timedelta(seconds=timeout_s)
+        self.world: Any = dist.new_group(list(range(world)), timeout=timeout)
+        self.stage: Any = None
+        if len(plan.pipelines) > 1:
+            for ranks in stage_ranks(plan):
+                group = dist.new_group(ranks, timeout=timeout)
+                if rank in ranks:
+                    self.stage = group
+
+
+@dataclass(kw_only=True)
+class RankSetup:
+    module: nn.Module
+    """The rank's stage program (parameter names are the model's FQNs)."""
+    io: StageIO
+    actions: list[Action]
+    layer_params: list[list[nn.Parameter]]
+    """The stage's gradient tensors by layer, as the bucket assignment takes them."""
+    ties: TieSync | None
+    canonical: dict[str, str]
+    """Stage parameter name -> the model's ``named_parameters()`` name (tied weights)."""
+
+
+def stage_layers(plan: Plan, pipeline: int) -> list[list[str]]:
+    return [list(st.layers) for st in plan.pipelines[pipeline].stages]
+
+
+def owned_params(model: nn.Module, stages: list[list[str]]) -> list[list[list[str]]]:
+    """Per stage and layer, the parameter FQNs the layer owns: trainable, in registration order,
+    a tensor shared by several layers owned by the first to run (the graph's rule)."""
+    seen: set[int] = set()
+    out: list[list[list[str]]] = []
+    for layers in stages:
+        per_stage = []
+        for layer in layers:
+            mine = []
+            for name, p in model.get_submodule(layer).named_parameters():
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    mine.append(f"{layer}.{name}")
+            per_stage.append(mine)
+        out.append(per_stage)
+    return out
+
+
+def setup_rank(
+    plan: Plan, role: RankRole, source: ModelSource, seed: int, device: str
+) -> tuple[RankSetup, SplitProgram]:
+    """Build the rank's stage and actions (no communication yet)."""
+    stages = stage_layers(plan, role.pipeline)
+    meta = source.build_meta()
+    meta_split = split_program(meta, stages)
+    names = stage_state(meta, meta_split.stages[role.stage].state_names)
+    root = source.build_part(seed, device, names)
+    split = split_program(root, stages)
+    module = split.stages[role.stage].module.train()
+    owned = owned_params(meta, stages)
+    sizes = [
+        [[meta.get_parameter(n).numel() * 4 for n in layer] for layer in st] for st in owned
+    ]  # 4 B: gradients of fp32 master weights, whatever the autocast dtype
+    schedule = execution_schedule(plan, sizes)
+    actions = device_actions(schedule, role.device)
+    layer_params = [[module.get_parameter(n) for n in layer] for layer in owned[role.stage]]
+    io = _io(plan, role)
+    return (
+        RankSetup(
+            module=module,
+            io=io,
+            actions=actions,
+            layer_params=layer_params,
+            ties=_ties(plan, role, split, module),
+            canonical=canonical_names(meta),
+        ),
+        split,
+    )
+
+
+def _io(plan: Plan, role: RankRole) -> StageIO:
+    ranks = pipeline_ranks(plan)[role.pipeline]
+    devs = plan.pipelines[role.pipeline].stages
+    s = role.stage
+    return StageIO(
+        me=role.device,
+        stage=s,
+        num_stages=role.num_stages,
+        prev_rank=ranks[s - 1] if s > 0 else None,
+        next_rank=ranks[s + 1] if s + 1 < role.num_stages else None,
+        prev_device=devs[s - 1].devices[0] if s > 0 else None,
+        next_device=devs[s + 1].devices[0] if s + 1 < role.num_stages else None,
+        tin=None,
+        tout=None,
+    )
+
+
+def _ties(plan: Plan, role: RankRole, split: SplitProgram, module: nn.Module) -> TieSync | None:
+    ranks = pipeline_ranks(plan)[role.pipeline]
+    entries = []
+    for i, where in enumerate(split.tie_names):
+        if role.stage not in where:
+            continue
+        stages = sorted(where)
+        owner = stages[0] == role.stage
+        peers = [ranks[s] for s in stages[1:]] if owner else [ranks[stages[0]]]
+        entries.append((i, where[role.stage], owner, peers))
+    return TieSync(module, entries) if entries else None
+
+
+def bucket_sync(
+    setup: RankSetup, plan: Plan, groups: Groups, record: Recorder
+) -> BucketSync | None:
+    if groups.stage is None:
+        return None
+    return BucketSync(setup.layer_params, plan.bucket_mb * MiB, groups.stage, record)
+
+
+@contextlib.contextmanager
+def _preserved(module: nn.Module) -> Iterator[None]:
+    """Run a throw-away forward: buffers (BatchNorm statistics) and RNG state restored."""
+    buffers = [(b, b.detach().clone()) for b in module.buffers() if not b.is_meta]
+    rng = torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+        torch.set_rng_state(rng)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+def exchange_templates(
+    setup: RankSetup, source: ModelSource, micro: int, seed: int, device: str, dtype: str
+) -> StageIO:
+    """Describe the values crossing each cut with one real micro-batch, stage after stage."""
+    io = setup.io
+    tin = None
+    if io.first:
+        x, _ = source.batch(micro, seed, device)
+        args: tuple[Any, ...] = (x,)
+    else:
+        assert io.prev_rank is not None
+        got: list[Any] = [None]
+        dist.recv_object_list(got, src=io.prev_rank)
+        tin = got[0]
+        bufs, works = p2p.recv_values(tin, io.prev_rank, 0, device)
+        for w in works:
+            w.wait()
+        args = p2p.assemble(tin, bufs)
+    tout = None
+    if not io.last:
+        assert io.next_rank is not None
+        with _preserved(setup.module), autocast(device, dtype):
+            out = setup.module(*args)
+        tout = p2p.template_of(out)
+        dist.send_object_list([tout], dst=io.next_rank)
+        for w in p2p.send_values(out, tout, io.next_rank, 0):
+            w.wait()
+    return dataclasses.replace(io, tin=tin, tout=tout)
