@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,18 +11,28 @@ from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
 from hetplan.cli.output import console, print_json
+from hetplan.cli.train_view import trace_chart
 from hetplan.cluster import load_cluster
+from hetplan.errors import InputError
 from hetplan.plan.types import Plan
 from hetplan.run.commands import torchrun_commands
 from hetplan.run.launch import RunError
-from hetplan.run.measure import Measurement, default_path, save_measurement, with_prediction
+from hetplan.run.measure import (
+    Measurement,
+    default_path,
+    memory_error,
+    save_measurement,
+    with_predicted_memory,
+    with_prediction,
+)
 from hetplan.run.model import source_for
-from hetplan.run.train import check_plan, measure_plan, predicted_iteration_s
+from hetplan.run.precision import PRECISIONS
+from hetplan.run.train import check_plan, measure_plan, predict_plan
 from hetplan.serde import load_file, to_data
 from hetplan.units import fmt_bytes, fmt_seconds
 
 
-def _print(m: Measurement, path: Path) -> None:
+def _print(m: Measurement, path: Path, chart: Path | None) -> None:
     console.print(
         f"{m.plan.strategy} on {len(m.ranks)} ranks: measured iteration "
         f"{fmt_seconds(m.measured_iteration_s)} (median of {m.steps} steps after {m.warmup} "
@@ -35,21 +46,32 @@ def _print(m: Measurement, path: Path) -> None:
     else:
         console.print(f"no prediction: {m.prediction_source}")
     table = Table(box=SIMPLE_HEAD)
-    heads = ("rank", "device", "p.s", "step", "fwd", "bwd", "opt", "wait", "peak mem")
+    heads = ("rank", "device", "p.s", "step", "fwd", "bwd", "opt", "wait", "peak mem", "pred mem")
     for col in heads:
         table.add_column(col, justify="left" if col == "device" else "right", no_wrap=True)
     for r in m.ranks:
         table.add_row(
             str(r.rank), r.device, f"{r.pipeline}.{r.stage}", fmt_seconds(r.step_s),
             fmt_seconds(r.forward_s), fmt_seconds(r.backward_s), fmt_seconds(r.optimizer_s),
-            fmt_seconds(r.wait_s), fmt_bytes(r.peak_memory_bytes),
+            fmt_seconds(r.wait_s), fmt_bytes(r.peak_memory_bytes), _pred_mem(r),
         )  # fmt: skip
     console.print(table)
-    console.print("p.s: pipeline.stage; wait: communication not hidden by compute + idle")
-    console.print(f"saved {path}")
+    console.print(
+        "p.s: pipeline.stage; wait: communication not hidden by compute + idle; "
+        f"peak mem: {m.ranks[0].memory_source} of the first step; pred mem: predicted (error)"
+    )
+    console.print(f"losses (global-batch mean per step): {', '.join(f'{x:.4f}' for x in m.loss)}")
+    console.print(f"saved {path}" + (f" and {chart}" if chart is not None else ""))
 
 
-def _json(m: Measurement, path: Path) -> dict[str, Any]:
+def _pred_mem(r: Any) -> str:
+    err = memory_error(r)
+    if err is None:
+        return "-"
+    return f"{fmt_bytes(r.predicted_memory_bytes)} ({100 * err:+.0f}%)"
+
+
+def _json(m: Measurement, path: Path, chart: Path | None) -> dict[str, Any]:
     data: dict[str, Any] = {
         "predicted_iteration_s": m.predicted_iteration_s,
         "measured_iteration_s": m.measured_iteration_s,
@@ -59,8 +81,10 @@ def _json(m: Measurement, path: Path) -> dict[str, Any]:
         "iteration_p90_s": m.iteration_p90_s,
         "steps": m.steps,
         "warmup": m.warmup,
-        "ranks": [to_data(r) for r in m.ranks],
+        "losses": m.loss,
+        "ranks": [{**to_data(r), "memory_error": memory_error(r)} for r in m.ranks],
         "file": str(path),
+        "trace_chart": None if chart is None else str(chart),
     }
     return data
 
@@ -76,9 +100,22 @@ def train_cmd(
         bool, typer.Option("--print-commands", help="Print the torchrun command of each node.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    dtype: Annotated[
+        str | None,
+        typer.Option(
+            help="Training precision (default: the plan's model.dtype). Mixed precision: "
+            "autocast over fp32 master weights (fp16 adds a loss scaler)."
+        ),
+    ] = None,
 ) -> None:
-    """Run a plan for real with torch.distributed; print measured vs predicted iteration time."""
+    """Run a plan for real with torch.distributed; print measured vs predicted iteration time,
+    peak memory per rank, the loss of every step, and draw the executed against the simulated
+    timeline."""
     plan = load_file(Plan, plan_file)
+    if dtype is not None:
+        if dtype not in PRECISIONS:
+            raise InputError(f"--dtype: {dtype!r}; expected one of {', '.join(PRECISIONS)}")
+        plan = dataclasses.replace(plan, model=dataclasses.replace(plan.model, dtype=dtype))
     clus = load_cluster(cluster)
     if print_commands:
         cmds = torchrun_commands(
@@ -95,13 +132,22 @@ def train_cmd(
         if err.details:
             typer.echo(err.details.rstrip(), err=True)
         raise
-    predicted, source = predicted_iteration_s(plan, clus)
-    measured = with_prediction(measured, predicted, source)
-    path = save_measurement(measured, out or default_path(plan))
-    if as_json:
-        print_json(_json(measured, path))
+    prediction, source = predict_plan(plan, clus)
+    chart = None
+    path = out or default_path(plan)
+    if prediction is not None:
+        measured = with_prediction(measured, prediction.iteration_time_s, source)
+        memory = {d.id: d.memory_bytes for d in prediction.devices}
+        measured = with_predicted_memory(measured, memory)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        chart = trace_chart(measured, prediction.timeline, path.with_suffix(".gantt.png"))
     else:
-        _print(measured, path)
+        measured = with_prediction(measured, None, source)
+    path = save_measurement(measured, path)
+    if as_json:
+        print_json(_json(measured, path, chart))
+    else:
+        _print(measured, path, chart)
 
 
 def register(app: typer.Typer) -> None:

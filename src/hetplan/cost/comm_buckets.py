@@ -88,7 +88,9 @@ def ddp_bucket_members(
     price and the run)."""
     buckets: list[list[tuple[int, int]]] = []
     open_: list[tuple[int, int]] = []
-    size, limit = 0, first_bucket_bytes
+    # A cap below DDP's first-bucket size caps the first bucket too (as DDP does when
+    # bucket_cap_mb is given), so every bucket is at most about the cap.
+    size, limit = 0, min(first_bucket_bytes, cap_bytes)
     for layer in reversed(range(len(layer_param_tensor_bytes))):
         tensors = layer_param_tensor_bytes[layer]
         for i in reversed(range(len(tensors))):

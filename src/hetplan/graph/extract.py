@@ -33,6 +33,7 @@ from hetplan.graph.built import BuiltModel
 from hetplan.graph.data import loss_function
 from hetplan.graph.meta import build_on_meta
 from hetplan.graph.resolve import resolve_model
+from hetplan.graph.split import split_problem
 from hetplan.graph.trace import LayerStats, TraceState, trace_step
 from hetplan.graph.types import LayerInfo, ModelGraph
 
@@ -191,6 +192,7 @@ def _assemble(
         cut_bytes=_cut_bytes(state, len(layers), batch),
         depth=depth,
         notes=tuple(notes),
+        split_error=split_problem(module, [layer.name for layer in layers]),
     )
 
 

@@ -67,6 +67,9 @@ class ModelGraph:
     """Module depth the layers were taken at."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """Anything the extractor could not attribute exactly (e.g. glue ops outside layers)."""
+    split_error: str | None = None
+    """Why the forward cannot be cut into pipeline stages at these layers (None: it can be cut
+    between any two layers; see :mod:`hetplan.graph.split`)."""
 
     def __post_init__(self) -> None:
         if len(self.cut_bytes) != max(len(self.layers) - 1, 0):

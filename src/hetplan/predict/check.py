@@ -17,8 +17,14 @@ from hetplan.plan.types import Plan
 def stage_ranges(plan: Plan, graph: ModelGraph) -> list[list[tuple[int, int]]]:
     """Per pipeline, each stage's layer range ``[first, last]`` (indices into the graph).
 
-    Raises InputError if a pipeline's stages do not list the model's layers exactly, in order.
+    Raises InputError if a pipeline's stages do not list the model's layers exactly, in order,
+    or if the plan has several stages and the model's forward cannot be cut into stages.
     """
+    if plan.num_stages > 1 and graph.split_error is not None:
+        raise InputError(
+            f"plan: strategy {plan.strategy} cuts model {graph.name!r} into stages, but "
+            f"{graph.split_error}"
+        )
     names = [layer.name for layer in graph.layers]
     index = {n: i for i, n in enumerate(names)}
     out: list[list[tuple[int, int]]] = []

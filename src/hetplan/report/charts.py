@@ -19,7 +19,16 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import NullFormatter
 
-KIND_COLORS = {"fwd": "#4c72b0", "bwd": "#dd8452", "optimizer": "#55a868"}
+KIND_COLORS = {
+    "fwd": "#4c72b0",
+    "bwd": "#dd8452",
+    "optimizer": "#55a868",
+    "send": "#8172b3",
+    "recv": "#937860",
+    "allreduce": "#c44e52",
+}
+COMPUTE_BAR_KINDS = frozenset({"fwd", "bwd", "optimizer"})
+"""Drawn full height; communication is drawn as a thin bar under the lane's compute."""
 OTHER_COLOR = "#8c8c8c"
 DPI = 110  # dots per inch: readable in a browser without large files
 
@@ -70,9 +79,11 @@ def scatter_chart(points: Sequence[Point], path: Path, *, title: str) -> Path:
 def _draw_lanes(ax: Axes, bars: Sequence[Bar], lanes: Sequence[str], title: str) -> None:
     for b in bars:
         color = KIND_COLORS.get(b.kind, OTHER_COLOR)
-        ax.barh(b.lane, 1e3 * (b.end - b.start), left=1e3 * b.start, height=0.6, color=color,
+        compute = b.kind in COMPUTE_BAR_KINDS
+        y, height = (b.lane, 0.6) if compute else (b.lane + 0.38, 0.16)
+        ax.barh(y, 1e3 * (b.end - b.start), left=1e3 * b.start, height=height, color=color,
                 edgecolor="white", linewidth=0.5)  # fmt: skip
-        if b.label and (b.end - b.start) > 0:
+        if compute and b.label and (b.end - b.start) > 0:
             ax.text(1e3 * (b.start + b.end) / 2, b.lane, b.label, ha="center", va="center",
                     fontsize=6, color="white")  # fmt: skip
     ax.set_yticks(range(len(lanes)), list(lanes))
@@ -93,7 +104,7 @@ def gantt_chart(
     fig, axes = plt.subplots(1, 2, figsize=(12, 1.2 + 0.6 * len(lanes)), sharex=True,
                              sharey=True)  # fmt: skip
     _draw_lanes(axes[0], simulated, lanes, "simulated")
-    _draw_lanes(axes[1], measured, lanes, "measured (runtime hooks, last timed step)")
+    _draw_lanes(axes[1], measured, lanes, "executed (runtime trace, last timed step)")
     handles = [Rectangle((0, 0), 1, 1, color=c) for c in KIND_COLORS.values()]
     fig.legend(handles, list(KIND_COLORS), loc="upper right", fontsize=8, ncol=3)
     fig.suptitle(title, fontsize=10, x=0.02, ha="left")

@@ -168,6 +168,21 @@ def with_prediction(m: Measurement, predicted_s: float | None, source: str) -> M
     return m
 
 
+def with_predicted_memory(m: Measurement, per_device: dict[str, float]) -> Measurement:
+    """``m`` with each rank's predicted peak memory (bytes, by device id) filled in."""
+    for r in m.ranks:
+        if r.device in per_device:
+            r.predicted_memory_bytes = int(per_device[r.device])
+    return m
+
+
+def memory_error(r: RankFigures) -> float | None:
+    """(measured - predicted) / predicted peak memory of one rank; None without both."""
+    if r.predicted_memory_bytes is None or r.predicted_memory_bytes <= 0:
+        return None
+    return (r.peak_memory_bytes - r.predicted_memory_bytes) / r.predicted_memory_bytes
+
+
 def default_path(plan: Plan) -> Path:
     """``out/measure-<model>-<strategy>-<ranks>.json``."""
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in plan.model.name)

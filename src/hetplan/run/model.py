@@ -4,7 +4,7 @@ A :class:`ModelSource` is picklable (it travels to every rank) and rebuilds the 
 the same data in every process from a seed, so that a single-process reference can rebuild the
 global batch. :class:`ZooSource` adapts :mod:`hetplan.graph` (zoo names, ``file.py:fn``,
 ``package.module:fn``); :class:`MLPSource` is a tiny self-contained model for tests and smoke
-runs. Pipeline stages are cut from the model's traced forward (:mod:`hetplan.run.split`);
+runs. Pipeline stages are cut from the model's traced forward (:mod:`hetplan.graph.split`);
 :meth:`ModelSource.build_part` materialises only the parameters a stage reads.
 """
 
@@ -18,11 +18,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
 
-from hetplan.errors import InputError
+from hetplan.errors import InputError, ModelError
 from hetplan.graph import build_module, loss_function, resolve_model, synthetic_batch
 from hetplan.graph.extract import select_layers
 from hetplan.graph.meta import build_on_meta
+from hetplan.graph.split import execution_order
 from hetplan.plan.types import ModelRef
+from hetplan.run.materialize import record
 
 DTYPES: dict[str, torch.dtype] = {
     "fp32": torch.float32,
@@ -107,8 +109,14 @@ class ZooSource:
         return build_on_meta(self._built().factory).train()
 
     def build_part(self, seed: int, device: str, names: list[str] | None) -> nn.Module:
-        # fp32 master weights whatever the training dtype: autocast runs the low precision.
-        return build_module(self._built(), device, seed)
+        """Deferred initialisation (:mod:`hetplan.run.materialize`): only ``names`` are
+        allocated, with the values of the whole model's; fp32 master weights whatever the
+        training dtype (autocast runs the low precision). A model whose initialisation cannot
+        be replayed is built whole instead (seeded, values as ``torch.manual_seed`` gives)."""
+        try:
+            return record(self._built().factory).materialize(names, device, seed).train()
+        except ModelError:
+            return build_module(self._built(), device, seed)
 
     def batch(self, n: int, seed: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
         x, y = synthetic_batch(self._built(), n, device, seed)
@@ -133,8 +141,10 @@ def build_meta_by_build(source: ModelSource) -> nn.Module:
 
 
 def layer_names(source: ModelSource, depth: int = 1) -> list[str]:
-    """Names of the model's layers at ``depth`` (the graph's layers), built on meta."""
-    return [name for name, _ in select_layers(source.build_meta(), depth)]
+    """The model's layers at ``depth`` in the order its forward runs them (the graph's layers,
+    what ``hetplan inspect`` lists), built on meta."""
+    model = source.build_meta()
+    return execution_order(model, [name for name, _ in select_layers(model, depth)])
 
 
 def data_seed(seed: int, step: int, pipeline: int) -> int:

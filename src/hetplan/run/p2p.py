@@ -1,6 +1,6 @@
 """Values crossing a stage cut: their shape, and sending them between ranks.
 
-The values crossing a cut (see :mod:`hetplan.run.split`) are any pytree: tensors, tuples and
+The values crossing a cut (see :mod:`hetplan.graph.split`) are any pytree: tensors, tuples and
 dicts of tensors, and Python constants (a shape read by glue code). A :class:`Template`
 records the structure once per run, from a real forward of one micro-batch; then each
 micro-batch sends only its tensors, one ``isend`` per tensor, tagged so that messages of

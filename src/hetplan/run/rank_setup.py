@@ -1,7 +1,7 @@
 """Set up one rank: its stage program, only its parameters, its actions, its gradient sync.
 
 1. The whole model is built on the meta device (no memory) and cut into the plan's stages
-   (:mod:`hetplan.run.split`).
+   (:mod:`hetplan.graph.split`).
 2. Only the parameters and buffers the rank's stage reads are materialised on its device
    (:meth:`hetplan.run.model.ModelSource.build_part`), with the values the single-process
    reference gets.
@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hetplan.graph.split import SplitProgram, split_program, stage_state
 from hetplan.plan.types import Plan
 from hetplan.run import p2p
 from hetplan.run.executor import StageIO
@@ -33,7 +34,6 @@ from hetplan.run.layout import RankRole, pipeline_ranks, stage_ranks
 from hetplan.run.model import ModelSource, canonical_names
 from hetplan.run.precision import autocast
 from hetplan.run.program import device_actions, execution_schedule
-from hetplan.run.split import SplitProgram, split_program, stage_state
 from hetplan.schedule.types import Action
 from hetplan.units import MiB
 

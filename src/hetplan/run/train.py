@@ -6,6 +6,7 @@ from typing import Any
 
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
+from hetplan.graph.split import split_program
 from hetplan.plan.types import Plan
 from hetplan.run.launch import launch_local
 from hetplan.run.layout import check_executable
@@ -18,6 +19,8 @@ ENTRY = "hetplan.run.worker:train_rank"
 def check_plan(plan: Plan, cluster: Cluster | None, source: ModelSource) -> None:
     """InputError if the plan cannot be executed here (strategy, layers, devices, one node)."""
     check_executable(plan, layer_names(source, plan.model.depth or 1))
+    if plan.num_stages > 1:  # the cut must be possible before any process starts
+        split_program(source.build_meta(), [list(st.layers) for st in plan.pipelines[0].stages])
     if cluster is None:
         return
     for dev in plan.devices:
@@ -88,11 +91,10 @@ def measure_plan(
     return summarize(plan, raw, warmup=warmup, cluster=cluster.name)
 
 
-def predicted_iteration_s(plan: Plan, cluster: Cluster) -> tuple[float | None, str]:
-    """The predictor's iteration time of ``plan`` and what it used; (None, why) without one.
-
-    Integration point with :mod:`hetplan.predict` and the measured compute model: measured
-    profiles from the profile store where they exist, the analytical model otherwise.
+def predict_plan(plan: Plan, cluster: Cluster) -> tuple[Any | None, str]:
+    """The predictor's :class:`hetplan.predict.Prediction` of ``plan`` and what it used; (None,
+    why) without one. Measured profiles from the profile store where they exist, the analytical
+    model otherwise.
     """
     try:  # optional at run time: a missing predictor must not stop a measurement
         from hetplan.cost.compute import AnalyticalCompute  # noqa: PLC0415
@@ -106,5 +108,4 @@ def predicted_iteration_s(plan: Plan, cluster: Cluster) -> tuple[float | None, s
     profiles = load_profiles()
     compute: Any = MeasuredCompute(profiles) if profiles else AnalyticalCompute(plan.model.dtype)
     kind = f"measured profiles ({len(profiles)})" if profiles else "analytical compute model"
-    prediction = predict(plan, graph, cluster, compute)
-    return float(prediction.iteration_time_s), kind
+    return predict(plan, graph, cluster, compute), kind

@@ -77,6 +77,30 @@ def trace_program(model: nn.Module, layers: Sequence[str]) -> fx.GraphModule:
     return fx.GraphModule(model, graph)
 
 
+def execution_order(model: nn.Module, layers: Sequence[str]) -> list[str]:
+    """``layers`` in the order the forward first calls them (the graph's layer order); layers
+    it never calls are left out, as the graph leaves them out."""
+    program = trace_program(model, layers)
+    order: list[str] = []
+    wanted = set(layers)
+    for node in program.graph.nodes:
+        if node.op == "call_module" and node.target in wanted and node.target not in order:
+            order.append(str(node.target))
+    return order
+
+
+def split_problem(model: nn.Module, layers: Sequence[str]) -> str | None:
+    """Why ``model`` cannot be cut between its ``layers`` (in the graph's order), or None."""
+    try:
+        order = execution_order(model, layers)
+    except InputError as err:
+        return str(err)
+    if order != list(layers):
+        first = next(a for a, b in zip(order, layers, strict=False) if a != b)
+        return f"layer {first}: the traced forward calls the layers in another order than ran"
+    return None
+
+
 def _assign(program: fx.GraphModule, stage_of_layer: dict[str, int]) -> dict[fx.Node, int]:
     """Stage of every node except ``get_attr`` (those are copied into each stage reading them)."""
     where: dict[fx.Node, int] = {}
