@@ -61,11 +61,13 @@ def test_recompute_stash_buffers_framework() -> None:
 def test_tensor_parallel_and_mixed_precision() -> None:
     half = [layer("a", 1000, 2000, 100), layer("b", 500, 1000, 50)]
     m = stage_memory(
-        half, micro_batch=2, in_flight=1, optimizer="adam", dtype_bytes=2, tp=2, framework_bytes=0
+        half, micro_batch=2, in_flight=1, optimizer="adam", dtype="bf16", tp=2, framework_bytes=0
     )
-    assert m.weights == 1500
-    # Per parameter: two fp32 Adam slots + an fp32 master copy, on 750 params per rank.
-    assert m.optimizer == 750 * (8 + 4)
+    # Mixed precision on 750 params per rank: fp32 master weights and gradients (4 B each),
+    # two fp32 Adam slots; no FLOPs in these layers, so no autocast weight copies.
+    assert m.weights == m.grads == 750 * 4
+    assert m.optimizer == 750 * 8
+    assert m.cast_cache == 0
     assert m.activations == 150 * 2 / 2
     sgd = stage_memory(TOY, micro_batch=1, in_flight=1, optimizer="sgd", framework_bytes=0)
     assert sgd.optimizer == 0

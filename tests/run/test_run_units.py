@@ -11,6 +11,7 @@ import pytest
 
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
+from hetplan.graph.split import split_program
 from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run._agent import describe_failure
 from hetplan.run._rank import is_peer_loss
@@ -18,7 +19,6 @@ from hetplan.run.commands import torchrun_commands
 from hetplan.run.layout import check_executable, pipeline_ranks, rank_roles, stage_ranks
 from hetplan.run.measure import percentile, summarize, with_prediction
 from hetplan.run.model import MLPSource, layer_names
-from hetplan.run.split import split_program
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 LAYERS = ["fc0", "act0", "fc1", "act1", "head"]

@@ -15,21 +15,28 @@ from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
 from hetplan.graph import build_graph
 from hetplan.plan.objective import Limits, parse_objective
-from hetplan.plan.options import FAMILIES, SearchOptions
+from hetplan.plan.options import FAMILIES, RUNNABLE, SearchOptions
 from hetplan.plan.search import search
 from hetplan.plan.types import ModelRef
 from hetplan.predict import DATASET_SIZES
+from hetplan.predict.build import DTYPE_HELP, parse_dtype
 from hetplan.profile.select import compute_model
 from hetplan.serde import to_data, write_json_atomic
 
 
-def _families(text: str | None) -> tuple[str, ...]:
+def _families(text: str | None, what_if: bool) -> tuple[str, ...]:
     if text is None:
-        return FAMILIES
+        return FAMILIES if what_if else RUNNABLE
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     bad = [n for n in names if n not in FAMILIES]
     if bad or not names:
         raise InputError(f"--strategies: unknown {bad or text!r}; expected some of {FAMILIES}")
+    unrunnable = [n for n in names if n not in RUNNABLE]
+    if unrunnable and not what_if:
+        raise InputError(
+            f"--strategies: {', '.join(unrunnable)} cannot be run by hetplan train yet; "
+            f"add --what-if to price it anyway (runnable: {', '.join(RUNNABLE)})"
+        )
     return names
 
 
@@ -46,6 +53,7 @@ def plan_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     strategies: Annotated[str | None, typer.Option(help="Families to search (comma list).")] = None,
     optimizer: Annotated[str, typer.Option(help="sgd, momentum or adam.")] = "sgd",
+    dtype: Annotated[str, typer.Option("--dtype", help=DTYPE_HELP)] = "fp32",
     dataset_size: Annotated[int | None, typer.Option(help="Samples per epoch.")] = None,
     max_power: Annotated[float | None, typer.Option(help="Limit: cluster power, W.")] = None,
     max_devices: Annotated[int | None, typer.Option(help="Limit: devices used.")] = None,
@@ -55,11 +63,19 @@ def plan_cmd(
     analytical: Annotated[
         bool, typer.Option("--analytical", help="Ignore measured profiles.")
     ] = False,
+    what_if: Annotated[
+        bool,
+        typer.Option(
+            "--what-if",
+            help="Also rank families train cannot run yet (ps, pipedream, tensor parallel): "
+            "priced and simulated only.",
+        ),
+    ] = False,
 ) -> None:
     """Search the best way to train MODEL on CLUSTER; print the ranking, write the winner."""
     if batch < 1:
         raise InputError(f"--batch must be >= 1 (got {batch})")
-    ref = ModelRef(name=model, dataset=dataset)
+    ref = ModelRef(name=model, dataset=dataset, dtype=parse_dtype(dtype))
     clus = load_cluster(cluster)
     graph = build_graph(ref)
     size = dataset_size if dataset_size is not None else DATASET_SIZES.get(dataset or "")
@@ -70,7 +86,8 @@ def plan_cmd(
             max_power_w=max_power, max_devices=max_devices, deadline_s=deadline, budget_usd=budget
         ),
         optimizer=optimizer,
-        families=_families(strategies),
+        families=_families(strategies, what_if),
+        runnable_only=not what_if,
         dataset_size=size,
     )
     compute = compute_model(ref.dtype, directory=profiles, measured=not analytical)

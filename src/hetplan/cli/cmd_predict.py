@@ -13,6 +13,7 @@ from hetplan.errors import InputError
 from hetplan.graph import build_graph
 from hetplan.plan.types import ModelRef, Plan
 from hetplan.predict import DATASET_SIZES, Prediction, plan_from_options, predict
+from hetplan.predict.build import DTYPE_HELP, parse_dtype
 from hetplan.profile.select import compute_model
 from hetplan.schedule import format_grid
 from hetplan.serde import load_file
@@ -122,6 +123,9 @@ def predict_cmd(
     dataset: Annotated[str | None, typer.Option(help="Input preset: mnist, cifar10, ...")] = None,
     dataset_size: Annotated[int | None, typer.Option(help="Samples per epoch.")] = None,
     optimizer: Annotated[str, typer.Option(help="sgd, momentum or adam.")] = "sgd",
+    dtype: Annotated[
+        str | None, typer.Option("--dtype", help=DTYPE_HELP + " Default fp32.")
+    ] = None,
     sync: Annotated[str, typer.Option(help="hybrid: bsp or wsp.")] = "bsp",
     staleness: Annotated[int, typer.Option(help="WSP staleness bound D.")] = 0,
     ps_devices: Annotated[
@@ -139,6 +143,7 @@ def predict_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Predict iteration/epoch time, throughput, memory, power, energy and EDP of one plan."""
+    precision = parse_dtype(dtype) if dtype is not None else "fp32"
     if plan_file is not None:
         _reject_with_plan(
             {
@@ -153,6 +158,7 @@ def predict_cmd(
                 "--batch": batch is not None,
                 "--dataset": dataset is not None,
                 "--optimizer": optimizer != "sgd",
+                "--dtype": dtype is not None,
                 "--sync": sync != "bsp",
                 "--staleness": staleness != 0,
                 "--ps-devices": ps_devices is not None,
@@ -169,7 +175,7 @@ def predict_cmd(
     elif model is None or strategy is None:
         raise InputError("give --plan FILE, or --model and --strategy to build a plan")
     else:
-        ref = ModelRef(name=model, dataset=dataset)
+        ref = ModelRef(name=model, dataset=dataset, dtype=precision)
         plan = None
     graph = build_graph(ref)
     compute = compute_model(ref.dtype, directory=profiles, measured=not analytical)

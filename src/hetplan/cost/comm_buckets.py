@@ -56,6 +56,12 @@ def _ready_order(layer_param_tensor_bytes: Sequence[Sequence[int]]) -> list[tupl
     ]
 
 
+def first_bucket(cap_bytes: float) -> float:
+    """The first bucket's limit for a bucket cap: DDP's 1 MiB, or the cap if smaller (as DDP
+    does when ``bucket_cap_mb`` is given), so that no bucket is much above the cap."""
+    return min(DDP_FIRST_BUCKET_BYTES, cap_bytes)
+
+
 def ddp_buckets(
     layer_param_tensor_bytes: Sequence[Sequence[int]],
     cap_bytes: float = DDP_BUCKET_CAP_BYTES,
@@ -88,9 +94,7 @@ def ddp_bucket_members(
     price and the run)."""
     buckets: list[list[tuple[int, int]]] = []
     open_: list[tuple[int, int]] = []
-    # A cap below DDP's first-bucket size caps the first bucket too (as DDP does when
-    # bucket_cap_mb is given), so every bucket is at most about the cap.
-    size, limit = 0, min(first_bucket_bytes, cap_bytes)
+    size, limit = 0, first_bucket_bytes
     for layer in reversed(range(len(layer_param_tensor_bytes))):
         tensors = layer_param_tensor_bytes[layer]
         for i in reversed(range(len(tensors))):

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetplan.cluster.spec import DeviceType
+from hetplan.cost.comm_buckets import layer_tensor_bytes
 from hetplan.graph.types import LayerInfo
 from hetplan.units import MiB
 
@@ -14,9 +15,31 @@ from hetplan.units import MiB
 # (PyTorch docs, torch.optim.SGD / Adam algorithm boxes). Kept in fp32.
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
 OPTIMIZER_STATE_BYTES = 4  # bytes per slot per parameter (fp32 state)
-# Mixed precision keeps an fp32 master copy of 16-bit weights (Micikevicius et al. 2018,
-# "Mixed Precision Training"; torch.amp keeps fp32 params and casts, same total).
-MASTER_COPY_BYTES = 4  # bytes per parameter when dtype_bytes < 4
+# Mixed precision (model dtype bf16 or fp16): the runtime trains under
+# ``torch.autocast(device_type, dtype)`` over fp32 parameters (fp16 adds dynamic loss
+# scaling, run/precision.py), as Micikevicius et al. 2018, "Mixed Precision Training", and the
+# torch.amp docs ("Automatic Mixed Precision") describe. The graph is traced with the module
+# cast to the dtype, so ``LayerInfo.param_bytes`` count 2 B per parameter; weights, gradients
+# and communicated gradients are rescaled to fp32 (``weight_scale``, ``grad_scale``).
+MIXED_PRECISION_DTYPES = ("bf16", "fp16")
+# The parameters stay fp32 (autocast casts inside ops, never the module): the master weights.
+MASTER_WEIGHT_BYTES = 4  # bytes per parameter (fp32 master weights under autocast)
+# A gradient has its parameter's dtype (autograd's AccumulateGrad writes ``param.grad`` like
+# ``param``): fp32 under autocast, so DDP buckets and PS pushes carry fp32 too.
+MIXED_GRAD_BYTES = 4  # bytes per parameter (fp32 gradients under autocast)
+# Autocast's cast weights: with ``cache_enabled=True`` (the default) the bf16/fp16 copy of an
+# fp32 leaf tensor that requires grad, made for an op on autocast's lower-precision list (mm,
+# addmm, linear, conv*, bmm, ...), is cached until the autocast region exits and is saved by
+# autograd for that op's backward (torch/csrc/autograd/autocast_mode.cpp ``cached_cast``;
+# ``torch.autocast`` docs, argument ``cache_enabled``). Embeddings and norms run in fp32 and
+# are not cast. Charged for the parameters of layers with matmul/conv FLOPs (``fwd_flops >
+# 0``: the graph's FLOPs come from torch's FlopCounterMode, which counts only matmul,
+# convolution and attention ops), once per in-flight micro-batch: hetplan's runtime enters
+# autocast per micro-batch forward (run/executor.py), so each forward casts anew and its
+# autograd graph keeps its own copy until its backward (checked on torch 2.13: three
+# forwards of an nn.Linear in three autocast regions save three bf16 weights, in one region
+# one). With recomputation the forward saves nothing: one copy, during the recomputed one.
+AUTOCAST_CAST_BYTES = 2  # bytes per parameter of a layer with matmul/conv FLOPs
 # CUDA context + cuBLAS/cuDNN workspaces + caching-allocator slack on a GPU: the context
 # alone takes ~300-500 MB on recent GPUs (CUDA lazy loading, CUDA >= 11.7, cuts it to the
 # low hundreds of MB); we reserve 512 MiB in total. Override per device/cluster.
@@ -40,9 +63,55 @@ class MemoryBreakdown:
     comm_buffers: float
     framework: float
     total: float
+    cast_cache: float = 0.0
+    """Mixed precision: autocast's low-precision copies of the weights (0 in fp32)."""
 
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # bytes per element
+
+
+def is_mixed_precision(dtype: str) -> bool:
+    """bf16 and fp16 train under autocast over fp32 master weights; fp32 (and tf32) do not."""
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {tuple(DTYPE_BYTES)}")
+    return dtype in MIXED_PRECISION_DTYPES
+
+
+def weight_scale(dtype: str) -> float:
+    """Bytes of the trained weights per byte of ``param_bytes`` of a graph traced in
+    ``dtype``: ``MASTER_WEIGHT_BYTES / DTYPE_BYTES[dtype]`` under mixed precision (4 / 2 = 2
+    for bf16 and fp16: fp32 master weights), 1 in fp32."""
+    if is_mixed_precision(dtype):
+        return MASTER_WEIGHT_BYTES / DTYPE_BYTES[dtype]
+    return 1.0
+
+
+def grad_scale(dtype: str) -> float:
+    """Bytes of the gradients (held, bucketed, all-reduced, pushed) per byte of
+    ``param_bytes`` of a graph traced in ``dtype``: ``MIXED_GRAD_BYTES / DTYPE_BYTES[dtype]``
+    under mixed precision (2 for bf16 and fp16: fp32 gradients), 1 in fp32."""
+    if is_mixed_precision(dtype):
+        return MIXED_GRAD_BYTES / DTYPE_BYTES[dtype]
+    return 1.0
+
+
+def cast_cache_bytes(layer: LayerInfo, dtype: str) -> float:
+    """One autocast low-precision copy of ``layer``'s weights: ``AUTOCAST_CAST_BYTES`` per
+    parameter when mixed precision and the layer has matmul/conv FLOPs, else 0."""
+    if not is_mixed_precision(dtype) or layer.fwd_flops <= 0:
+        return 0.0
+    return float(layer.params * AUTOCAST_CAST_BYTES)
+
+
+def grad_tensor_bytes(layers: Sequence[LayerInfo], dtype: str) -> list[tuple[int, ...]]:
+    """Each layer's gradient tensor sizes as they are communicated (DDP buckets, PS push and
+    pull): ``layer_tensor_bytes`` times ``grad_scale`` (fp32 gradients under autocast).
+    The PS pull sends the fp32 master weights, the same bytes."""
+    scale = grad_scale(dtype)
+    sizes = layer_tensor_bytes(layers)
+    if scale == 1.0:
+        return sizes
+    return [tuple(round(b * scale) for b in layer) for layer in sizes]
 
 
 def is_gpu(device_type: DeviceType) -> bool:
@@ -61,7 +130,7 @@ def stage_memory(
     micro_batch: int,
     in_flight: int,
     optimizer: str,
-    dtype_bytes: int = 4,
+    dtype: str = "fp32",
     recompute: bool = False,
     stashed_versions: int = 0,
     tp: int = 1,
@@ -71,14 +140,20 @@ def stage_memory(
 ) -> MemoryBreakdown:
     """Peak memory of a stage holding ``layers``.
 
-    - weights = grads = sum(param_bytes) / tp,
-    - optimizer = params / tp * (slots * 4 + (4 if dtype_bytes < 4 else 0)): fp32 state
-      slots (``OPTIMIZER_SLOTS``) plus an fp32 master copy for 16-bit weights,
+    - weights = sum(param_bytes) * weight_scale(dtype) / tp, grads = sum(param_bytes) *
+      grad_scale(dtype) / tp: the graph's parameter bytes in fp32; params * 4 B of fp32
+      master weights and params * 4 B of fp32 gradients under mixed precision (``dtype``
+      bf16/fp16: autocast over fp32 parameters),
+    - optimizer = params / tp * slots * 4: fp32 state slots (``OPTIMIZER_SLOTS``),
+    - cast_cache (mixed precision) = params of the layers with FLOPs / tp * 2 * copies:
+      autocast's low-precision weight copies (``AUTOCAST_CAST_BYTES``), one per in-flight
+      micro-batch (one with ``recompute``),
     - activations kept for backward = sum(saved_bytes) * micro_batch * in_flight / tp;
       with ``recompute`` only the stage input (``input_bytes`` per sample, default the first
       layer's saved_bytes, which for conv/linear layers is their input) per in-flight
-      micro-batch plus one micro-batch's full saved bytes (the one being recomputed),
-    - stashed_weights = stashed_versions * weights (PipeDream weight stashing),
+      micro-batch plus one micro-batch's full saved bytes (the one being recomputed); in
+      the graph dtype (low precision under autocast, see docs/cost-models.md),
+    - stashed_weights = stashed_versions * weights (PipeDream weight stashing, fp32 masters),
     - comm_buffers = ``bucket_bytes`` (DDP's flat gradient bucket copies),
     - framework = ``framework_bytes``.
 
@@ -93,11 +168,13 @@ def stage_memory(
         raise ValueError(
             f"tp ({tp}) must be >= 1; micro_batch ({micro_batch}) and in_flight ({in_flight}) >= 0"
         )
-    weights = sum(layer.param_bytes for layer in layers) / tp
+    param_bytes = sum(layer.param_bytes for layer in layers)
+    weights = param_bytes * weight_scale(dtype) / tp
+    grads = param_bytes * grad_scale(dtype) / tp
     params = sum(layer.params for layer in layers) / tp
     per_param = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES
-    if dtype_bytes < 4:
-        per_param += MASTER_COPY_BYTES
+    copies = min(in_flight, 1) if recompute else in_flight
+    cast = sum(cast_cache_bytes(layer, dtype) for layer in layers) * copies / tp
     saved = sum(layer.saved_bytes for layer in layers)
     if recompute and layers:
         stage_in = layers[0].saved_bytes if input_bytes is None else input_bytes
@@ -106,8 +183,9 @@ def stage_memory(
         activations = saved * micro_batch * in_flight / tp
     parts = {
         "weights": weights,
-        "grads": weights,
+        "grads": grads,
         "optimizer": params * per_param,
+        "cast_cache": cast,
         "activations": float(activations),
         "stashed_weights": stashed_versions * weights,
         "comm_buffers": float(bucket_bytes),

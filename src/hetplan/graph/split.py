@@ -96,8 +96,11 @@ def split_problem(model: nn.Module, layers: Sequence[str]) -> str | None:
     except InputError as err:
         return str(err)
     if order != list(layers):
-        first = next(a for a, b in zip(order, layers, strict=False) if a != b)
-        return f"layer {first}: the traced forward calls the layers in another order than ran"
+        diff = [b for a, b in zip([*order, None], layers, strict=False) if a != b]
+        return (
+            f"layer {diff[0]}: the traced forward (torch.fx) does not call the layers in the "
+            "order they ran; run it with strategy dp"
+        )
     return None
 
 

@@ -14,11 +14,10 @@ from collections.abc import Sequence
 from hetplan.cost.comm import (
     allreduce_time,
     ddp_buckets,
-    layer_tensor_bytes,
     overlapped_allreduce_exposed,
     ps_sync_time,
 )
-from hetplan.cost.memory import framework_overhead_bytes, is_gpu
+from hetplan.cost.memory import framework_overhead_bytes, grad_scale, grad_tensor_bytes, is_gpu
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.devices import group_balanced, groups_by_node, pipeline_orders, split_batch
@@ -42,7 +41,9 @@ MAX_PIPELINE_STAGES = 32
 
 
 def grad_bytes(graph: ModelGraph, start: int = 0, end: int | None = None) -> float:
-    return float(sum(layer.param_bytes for layer in graph.layers[start:end]))
+    """Gradient bytes of layers ``start:end`` as all-reduced (fp32 under mixed precision)."""
+    param_bytes = sum(layer.param_bytes for layer in graph.layers[start:end])
+    return float(param_bytes * grad_scale(graph.dtype))
 
 
 def dp_candidate(ctx: Context, devices: Sequence[str], *, equal: bool = False) -> Candidate | None:
@@ -104,7 +105,7 @@ def _exposed_allreduce(ctx: Context, devices: Sequence[str], slowest: str, batch
         return 0.0
     _, bwd = ctx.pricing.layers(slowest, batch)
     tp = len(members(slowest))
-    buckets = ddp_buckets(layer_tensor_bytes(ctx.graph.layers))
+    buckets = ddp_buckets(grad_tensor_bytes(ctx.graph.layers, ctx.graph.dtype))
     cluster = ctx.pricing.cluster
     ring = [members(d)[0] for d in devices]  # one DP group per TP rank; they run in parallel
     memo: dict[float, float] = {}
@@ -127,7 +128,7 @@ def ps_candidate(ctx: Context, devices: Sequence[str], dp: Candidate) -> Candida
         for d, p in zip(devices, dp.plan.pipelines, strict=True)
     }
     sync = ps_sync_time(
-        [b for sizes in layer_tensor_bytes(ctx.graph.layers) for b in sizes],
+        [b for sizes in grad_tensor_bytes(ctx.graph.layers, ctx.graph.dtype) for b in sizes],
         list(devices),
         list(devices),
         ctx.pricing.cluster,

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from hetplan.plan.objective import Limits, Objective
 
 FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
+RUNNABLE = ("dp", "gpipe", "1f1b", "hybrid")
+"""Families ``hetplan train`` executes (hybrid with BSP sync, no tensor parallelism)."""
 
 Progress = Callable[[str, int, int], None]
 """``(phase, done, total)`` callback for a progress bar."""
@@ -22,4 +24,7 @@ class SearchOptions:
     limits: Limits = field(default_factory=Limits)
     optimizer: str = "sgd"
     families: tuple[str, ...] = FAMILIES
+    runnable_only: bool = True
+    """Search only plans ``hetplan train`` can run (:data:`RUNNABLE`, no tensor parallelism);
+    False prices every family as a what-if."""
     dataset_size: int | None = None

@@ -10,10 +10,11 @@ from numpy.typing import NDArray
 from hetplan.cluster.spec import Cluster, DeviceType, Link
 from hetplan.cost.comm import tp_block_comm_time
 from hetplan.cost.memory import (
-    DTYPE_BYTES,
-    MASTER_COPY_BYTES,
     OPTIMIZER_SLOTS,
     OPTIMIZER_STATE_BYTES,
+    cast_cache_bytes,
+    grad_scale,
+    weight_scale,
 )
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import ModelGraph
@@ -30,8 +31,7 @@ class Pricing:
     cluster: Cluster
     compute: ComputeModel
     _cache: dict[tuple[str, float, int], tuple[Floats, Floats]] = field(default_factory=dict)
-    _mem_base: tuple[Floats, Floats, Floats] | None = None
-    _master: int = 0
+    _mem_base: tuple[Floats, Floats, Floats, Floats, Floats] | None = None
 
     def layers(self, device_id: str, batch: int) -> tuple[Floats, Floats]:
         """Forward and backward seconds of every layer on ``device_id`` (a device or a TP
@@ -109,20 +109,24 @@ class Pricing:
         tp: int = 1,
     ) -> Floats:
         """Bytes per layer as ``cost.memory.stage_memory`` counts them, without the per-device
-        framework allowance: weights, gradients, optimizer state (plus an fp32 master copy for
-        16-bit weights), stashed weight versions and activations of ``in_flight``
-        micro-batches of ``batch`` samples; ``synced``: plus DDP's flat gradient buckets, a
-        second copy of the gradients; ``tp``: per member of a TP group (all divided by tp)."""
+        framework allowance: weights, gradients, optimizer state, stashed weight versions,
+        and per each of ``in_flight`` micro-batches of ``batch`` samples, its activations and
+        autocast's weight copies (weights, gradients and state in fp32 under mixed precision;
+        with recomputation the caller passes the one micro-batch kept whole);
+        ``synced``: plus DDP's flat gradient buckets, a second copy of the gradients; ``tp``:
+        per member of a TP group (all divided by tp)."""
         if self._mem_base is None:
-            dtype_bytes = DTYPE_BYTES.get(self.graph.dtype, 4)
+            dtype = self.graph.dtype
             layers = self.graph.layers
+            param_bytes = np.array([layer.param_bytes for layer in layers], dtype=np.float64)
             self._mem_base = (
-                np.array([layer.param_bytes for layer in layers], dtype=np.float64),
+                param_bytes * weight_scale(dtype),
+                param_bytes * grad_scale(dtype),
                 np.array([layer.params for layer in layers], dtype=np.float64),
+                np.array([cast_cache_bytes(layer, dtype) for layer in layers], dtype=np.float64),
                 np.array([layer.saved_bytes for layer in layers], dtype=np.float64),
             )
-            self._master = MASTER_COPY_BYTES if dtype_bytes < 4 else 0
-        weights, params, saved = self._mem_base
-        per_param = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES + self._master
-        copies = 2 + stashed + int(synced)
-        return (weights * copies + params * per_param + saved * (batch * in_flight)) / tp
+        weights, grads, params, cast, saved = self._mem_base
+        per_param = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES
+        held = weights * (1 + stashed) + grads * (1 + int(synced)) + params * per_param
+        return (held + cast * in_flight + saved * (batch * in_flight)) / tp

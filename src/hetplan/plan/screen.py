@@ -6,6 +6,7 @@ hybrids and tensor-parallel variants on the subsets most promising by a balanced
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 
@@ -20,7 +21,7 @@ from hetplan.plan.candidates import (
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.devices import subsets
 from hetplan.plan.objective import Objective
-from hetplan.plan.options import Progress, SearchOptions
+from hetplan.plan.options import RUNNABLE, Progress, SearchOptions
 from hetplan.plan.tp import TP_DEGREES, is_transformer, tp_groups
 
 PIPELINED_SUBSETS = 8
@@ -37,6 +38,7 @@ def screen(
     progress: Progress | None,
 ) -> list[Candidate]:
     """Data parallel and PS on every subset; pipelines and hybrids on the most promising."""
+    opts = _allowed(ctx, opts, rejected)
     subs = [s for s in subsets(cluster, opts.limits.max_devices) if len(s) <= ctx.batch]
     pool: list[Candidate] = []
     for devices in subs:
@@ -59,11 +61,25 @@ def screen(
             pool.extend(hybrid_candidates(ctx, devices))
         if progress is not None:
             progress("screening", i + 1, len(work))
-    if is_transformer(ctx.graph):
+    if is_transformer(ctx.graph) and not opts.runnable_only:
         pool.extend(_tensor_parallel(ctx, cluster, subs, opts))
     if not pool and not rejected:
         rejected["no candidate: no requested strategy applies to these devices"] += 1
     return pool
+
+
+def _allowed(ctx: Context, opts: SearchOptions, rejected: Counter[str]) -> SearchOptions:
+    """The families to screen: runnable ones unless what-if, none cut into stages where the
+    model's forward cannot be cut (each exclusion counted with its reason)."""
+    families = opts.families
+    if opts.runnable_only:
+        families = tuple(f for f in families if f in RUNNABLE)
+    if ctx.graph.split_error is not None:
+        piped = [f for f in families if f not in ("dp", "ps")]
+        if piped:
+            rejected[f"{', '.join(piped)}: {ctx.graph.split_error}"] += 1
+        families = tuple(f for f in families if f in ("dp", "ps"))
+    return dataclasses.replace(opts, families=families)
 
 
 def _tensor_parallel(

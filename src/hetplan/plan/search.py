@@ -157,7 +157,9 @@ def _baselines(ctx: Context, cluster: Cluster, failures: dict[str, str]) -> dict
         out["dp-equal"] = dp
     else:
         failures["dp-equal"] = "out of memory: a replica does not fit at any gradient accumulation"
-    if len(devices) > 1:
+    if ctx.graph.split_error is not None:
+        failures["equal-pipeline"] = ctx.graph.split_error
+    elif len(devices) > 1:
         out["equal-pipeline"] = equal_pipeline(ctx, devices)
     return out
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from hetplan.cluster.spec import Cluster
 from hetplan.cost.types import ComputeModel
 from hetplan.errors import InputError
+from hetplan.graph.extract import DTYPES
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.devices import split_batch
 from hetplan.plan.types import STRATEGIES, ModelRef, PipelinePlan, Plan, StagePlan
@@ -96,6 +97,21 @@ def _replica_speed(
             costs = compute.layer_costs(graph, cluster.device(dev), batch)[starts[s] : hi]
             worst = max(worst, sum(c.fwd_s + c.bwd_s for c in costs) / len(stage.devices))
     return batch / worst if worst > 0 else 1.0
+
+
+DTYPE_HELP = (
+    "Training precision: fp32, or bf16/fp16 mixed precision: autocast over fp32 master "
+    "weights (fp16 adds a loss scaler)."
+)
+"""Help text of the ``--dtype`` option of ``hetplan plan`` and ``hetplan predict``."""
+
+
+def parse_dtype(text: str) -> str:
+    """The ``--dtype`` option: a dtype the graph can be traced in (``graph.extract.DTYPES``),
+    written into the plan's ``model.dtype``; InputError names the option otherwise."""
+    if text not in DTYPES:
+        raise InputError(f"--dtype: {text!r}; expected one of {', '.join(DTYPES)}")
+    return text
 
 
 def _check_options(strategy: str, **counts: int | None) -> None:

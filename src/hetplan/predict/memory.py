@@ -7,15 +7,17 @@ from dataclasses import dataclass
 from hetplan.cluster.spec import Cluster
 from hetplan.cost import comm
 from hetplan.cost.memory import (
-    DTYPE_BYTES,
+    MASTER_WEIGHT_BYTES,
     OPTIMIZER_SLOTS,
     OPTIMIZER_STATE_BYTES,
     MemoryBreakdown,
     framework_overhead_bytes,
+    grad_scale,
     in_flight_microbatches,
     is_gpu,
     stage_memory,
     stashed_weight_versions,
+    weight_scale,
 )
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.types import Plan
@@ -44,8 +46,8 @@ def plan_memory(
     micro_batch: list[int],
     bucket_bytes: list[float],
 ) -> dict[str, DeviceMemory]:
-    """Peak memory of every device of the plan (workers and PS hosts)."""
-    dtype_bytes = DTYPE_BYTES.get(graph.dtype, 4)
+    """Peak memory of every device of the plan (workers and PS hosts); ``graph.dtype``
+    bf16/fp16 is mixed precision (fp32 weights, gradients and state, see ``stage_memory``)."""
     num = plan.num_stages
     sync = len(plan.pipelines) > 1 and plan.strategy != "ps"
     shards = _ps_shards(plan, graph)
@@ -60,7 +62,7 @@ def plan_memory(
                     micro_batch=micro_batch[p],
                     in_flight=in_flight_microbatches(plan.strategy, s, num, plan.micro_batches),
                     optimizer=plan.optimizer,
-                    dtype_bytes=dtype_bytes,
+                    dtype=graph.dtype,
                     recompute=plan.recompute,
                     stashed_versions=(
                         stashed_weight_versions(s, num) if plan.strategy == "pipedream" else 0
@@ -95,22 +97,26 @@ def plan_memory(
 
 
 def _ps_shards(plan: Plan, graph: ModelGraph) -> dict[str, float]:
-    """Bytes each PS host keeps: its shard's parameters, a gradient accumulator, and the
-    optimizer state (fp32 slots per parameter)."""
+    """Bytes each PS host keeps: its shard's parameters and a gradient accumulator (both
+    fp32 under mixed precision: ``weight_scale``, ``grad_scale``), and the optimizer state
+    (fp32 slots per parameter)."""
     if plan.strategy != "ps" or not plan.ps_devices:
         return {}
-    tensors = [
-        b
-        for layer in graph.layers
-        for b in (layer.param_tensor_bytes or ((layer.param_bytes,) if layer.param_bytes else ()))
-    ]
+    tensors = [b for sizes in comm.layer_tensor_bytes(graph.layers) for b in sizes]
     assignment = comm.assign_ps_shards(tensors, len(plan.ps_devices), plan.ps_assignment)
-    elem = DTYPE_BYTES.get(graph.dtype, 4)
-    slots = OPTIMIZER_SLOTS[plan.optimizer] * OPTIMIZER_STATE_BYTES / elem
+    # Per byte of the graph's parameter bytes: fp32 weights, fp32 gradient accumulator, and
+    # the optimizer state (slots * 4 B per parameter, i.e. per MASTER_WEIGHT_BYTES).
+    per_byte = weight_scale(graph.dtype) + grad_scale(graph.dtype)
+    per_byte += (
+        weight_scale(graph.dtype)
+        * OPTIMIZER_SLOTS[plan.optimizer]
+        * OPTIMIZER_STATE_BYTES
+        / MASTER_WEIGHT_BYTES
+    )
     out: dict[str, float] = {}
     for dev, idx in zip(plan.ps_devices, assignment, strict=True):
         nbytes = float(sum(tensors[i] for i in idx))
-        out[dev] = out.get(dev, 0.0) + nbytes * (2 + slots)
+        out[dev] = out.get(dev, 0.0) + nbytes * per_byte
     return out
 
 
@@ -126,5 +132,6 @@ def infeasible_reasons(memory: dict[str, DeviceMemory]) -> list[str]:
                 f"{fmt_bytes(m.capacity_bytes)} ({m.capacity_bytes:.0f} B): weights "
                 f"{fmt_bytes(b.weights)}, grads {fmt_bytes(b.grads)}, optimizer "
                 f"{fmt_bytes(b.optimizer)}, activations {fmt_bytes(b.activations)}"
+                + (f", autocast weight copies {fmt_bytes(b.cast_cache)}" if b.cast_cache else "")
             )
     return reasons

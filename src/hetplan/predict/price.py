@@ -12,7 +12,11 @@ Conventions (see docs/models.md):
   forward, their gradients backward: same size), over ``cluster.link``; a TP group sends
   ``1/tp`` of them from each member to its peer (Megatron's scatter/gather optimisation);
 - gradient buckets (several replicas only): DDP's buckets over the stage's parameter tensors;
-  the last micro-batch's backward is split at their ready points.
+  the last micro-batch's backward is split at their ready points;
+- mixed precision (model dtype bf16/fp16: autocast over fp32 master weights): gradients, DDP
+  buckets and PS pushes and pulls are fp32 (``cost.memory.grad_tensor_bytes``: twice the
+  graph's 2 B/param ``param_tensor_bytes``); activations crossing a cut and TP allreduces stay
+  at the graph's low precision; the optimizer step moves fp32 p, g and state as in fp32.
 """
 
 from __future__ import annotations
@@ -23,14 +27,16 @@ from dataclasses import dataclass
 
 from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import comm
-from hetplan.cost.memory import OPTIMIZER_SLOTS, OPTIMIZER_STATE_BYTES
+from hetplan.cost.comm_buckets import first_bucket
+from hetplan.cost.memory import OPTIMIZER_SLOTS, OPTIMIZER_STATE_BYTES, grad_tensor_bytes
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.plan.types import Plan
 from hetplan.schedule.work import CutWork, PipelineWork, PsWork, StageWork, SyncBucket
 from hetplan.units import MiB
 
-# Bytes moved per parameter by one optimizer step (fp32 state): SGD reads p, g and writes p
+# Bytes moved per parameter by one optimizer step (fp32 p, g and state: in fp32 and under
+# mixed precision's fp32 master weights alike): SGD reads p, g and writes p
 # (3 x 4 B); momentum adds the buffer read and write (5 x 4 B); Adam reads p, g, m, v and
 # writes p, m, v (7 x 4 B). Source: torch.optim's update rules (foreach kernels are
 # memory-bound elementwise ops).
@@ -60,9 +66,10 @@ def micro_batch_size(batch: int, micro_batches: int) -> int:
     return math.ceil(batch / micro_batches)
 
 
-def _tensor_bytes(layer: LayerInfo, tp: int) -> list[int]:
-    sizes = list(layer.param_tensor_bytes) or ([layer.param_bytes] if layer.param_bytes else [])
-    return [max(int(b) // tp, 1) for b in sizes]
+def _tensor_bytes(layers: Sequence[LayerInfo], dtype: str, tp: int) -> list[list[int]]:
+    """Per layer, the gradient tensor sizes one TP rank communicates (fp32 under mixed
+    precision)."""
+    return [[max(int(b) // tp, 1) for b in sizes] for sizes in grad_tensor_bytes(layers, dtype)]
 
 
 def split_backward(
@@ -170,9 +177,9 @@ def price(
     num = plan.num_stages
     stage_buckets: list[list[comm.GradBucket]] = []
     for lo, hi in ranges[0]:
-        tensors = [_tensor_bytes(layer, plan.tp) for layer in graph.layers[lo : hi + 1]]
+        tensors = _tensor_bytes(graph.layers[lo : hi + 1], graph.dtype, plan.tp)
         cap = plan.bucket_mb * MiB
-        stage_buckets.append(comm.ddp_buckets(tensors, cap) if sync else [])
+        stage_buckets.append(comm.ddp_buckets(tensors, cap, first_bucket(cap)) if sync else [])
     pipes: list[PipelineWork] = []
     mbs: list[int] = []
     sources: set[str] = set()
@@ -231,7 +238,7 @@ def _sync_buckets(
 
 def _ps_work(plan: Plan, graph: ModelGraph, cluster: Cluster) -> list[PsWork]:
     """Push/pull times per worker from the PS communication model."""
-    tensors = [b for layer in graph.layers for b in _tensor_bytes(layer, 1)]
+    tensors = [b for sizes in _tensor_bytes(graph.layers, graph.dtype, 1) for b in sizes]
     workers = [p.stages[0].devices[0] for p in plan.pipelines]
     timing = comm.ps_sync_time(
         tensors, workers, plan.ps_devices, cluster, policy=plan.ps_assignment

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hetplan.cost.comm_buckets import ddp_bucket_members
+from hetplan.cost.comm_buckets import ddp_bucket_members, first_bucket
 
 Recorder = Callable[[str, int, float, float], None]
 """(kind, part, start, end): an executed action for the trace."""
@@ -37,7 +37,7 @@ class BucketSync:
         record: Recorder,
     ) -> None:
         sizes = [[p.numel() * p.element_size() for p in ps] for ps in layer_params]
-        members = ddp_bucket_members(sizes, cap_bytes)
+        members = ddp_bucket_members(sizes, cap_bytes, first_bucket(cap_bytes))
         self.buckets: list[list[nn.Parameter]] = [
             [layer_params[layer][i] for layer, i in m] for m in members
         ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetplan.cost.comm_buckets import ddp_buckets
+from hetplan.cost.comm_buckets import ddp_buckets, first_bucket
 from hetplan.plan.types import Plan
 from hetplan.predict.predict import build_schedule
 from hetplan.predict.price import PricedPlan, split_backward
@@ -28,7 +28,8 @@ def execution_schedule(
     """The plan's schedule; ``stage_tensor_bytes[s][i]``: bytes of each gradient tensor of
     layer ``i`` of stage ``s`` (the bucket assignment, :mod:`hetplan.run.gradsync`)."""
     sync = len(plan.pipelines) > 1
-    buckets = [ddp_buckets(t, plan.bucket_mb * MiB) if sync else [] for t in stage_tensor_bytes]
+    cap = plan.bucket_mb * MiB
+    buckets = [ddp_buckets(t, cap, first_bucket(cap)) if sync else [] for t in stage_tensor_bytes]
     parts = [
         split_backward([UNIT_S] * len(t), b)[0] if sync else ()
         for t, b in zip(stage_tensor_bytes, buckets, strict=True)

@@ -64,6 +64,8 @@ class RankSetup:
     ties: TieSync | None
     canonical: dict[str, str]
     """Stage parameter name -> the model's ``named_parameters()`` name (tied weights)."""
+    held_bytes: int
+    """Bytes of parameters and buffers this rank materialised (the rest stayed on meta)."""
 
 
 def stage_layers(plan: Plan, pipeline: int) -> list[list[str]]:
@@ -115,9 +117,20 @@ def setup_rank(
             layer_params=layer_params,
             ties=_ties(plan, role, split, module),
             canonical=canonical_names(meta),
+            held_bytes=held_bytes(root),
         ),
         split,
     )
+
+
+def held_bytes(model: nn.Module) -> int:
+    """Bytes of the model's real (not meta) parameters and buffers, each storage once."""
+    seen: dict[tuple[str, int], int] = {}
+    for t in [*model.parameters(), *model.buffers()]:
+        if not t.is_meta:
+            storage = t.untyped_storage()
+            seen[(str(t.device), storage.data_ptr())] = storage.nbytes()
+    return sum(seen.values())
 
 
 def _io(plan: Plan, role: RankRole) -> StageIO:

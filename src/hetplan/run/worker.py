@@ -79,6 +79,7 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     )
     executor.sync = bucket_sync(setup, plan, groups, executor.record_collective)
     out = _empty_result(ctx, role)
+    out["held_state_bytes"] = setup.held_bytes
     for step in range(steps):
         x, y = source.batch(role.batch, data_seed(seed, step, role.pipeline), ctx.device)
         if step == 0:  # memory is counted on the first step (counting slows it down)

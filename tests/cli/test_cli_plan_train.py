@@ -1,0 +1,113 @@
+"""Every plan ``hetplan plan`` writes is one ``hetplan train`` runs, or ``plan`` refused it up
+front: the zoo's small models on the example CPU clusters, each runnable family, and a model
+whose forward cannot be cut into stages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hetplan.cli.main import main
+
+CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
+
+BRANCHY = """
+import torch
+from torch import nn
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(6, 6)
+        self.b = nn.Linear(6, 3)
+
+    def forward(self, x):
+        h = self.a(x)
+        if h.shape[0] > 0:  # Python control flow on a traced value: torch.fx cannot trace it
+            h = torch.relu(h)
+        return self.b(h)
+
+def branchy():
+    return Branchy(), (6,)
+"""
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out = capsys.readouterr()
+    return int(exc.value.code or 0), out.out, out.err
+
+
+def _plan_then_train(
+    argv: list[str], cluster: Path, tmp: Path, capsys: pytest.CaptureFixture[str]
+) -> dict[str, Any]:
+    plan = tmp / "plan.json"
+    code, _, err = _run(["plan", *argv, "--cluster", str(cluster), "--out", str(plan), "--json"],
+                        capsys)  # fmt: skip
+    assert code == 0, err
+    args = ["train", str(plan), "--cluster", str(cluster), "--steps", "1", "--warmup", "0"]
+    code, out, err = _run([*args, "--json", "--out", str(tmp / "m.json")], capsys)
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    assert len(data["losses"]) == 1 and data["losses"][0] > 0
+    assert len(data["ranks"]) == len(json.loads(plan.read_text())["pipelines"]) * len(
+        json.loads(plan.read_text())["pipelines"][0]["stages"]
+    )
+    assert Path(data["trace_chart"]).is_file()
+    return data
+
+
+@pytest.mark.parametrize("cluster", ["local-cpu", "local-cpu-4on2", "local-cpu-hetero"])
+@pytest.mark.parametrize("model", ["gpt-tiny", "resnet-tiny", "bert-tiny"])
+def test_planned_zoo_plans_run(
+    model: str, cluster: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--model", model, "--batch", "12", "--analytical"]
+    _plan_then_train(argv, CLUSTERS / f"{cluster}.yaml", tmp_path, capsys)
+
+
+@pytest.mark.parametrize("family", ["gpipe", "1f1b", "hybrid"])
+def test_each_runnable_family_runs(
+    family: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["--model", "gpt-tiny", "--batch", "16", "--strategies", family, "--analytical"]
+    data = _plan_then_train(argv, CLUSTERS / "local-cpu-4on2.yaml", tmp_path, capsys)
+    assert all(r["memory_source"] == "tensor bytes" for r in data["ranks"])
+    assert all(r["predicted_memory_bytes"] > 0 for r in data["ranks"])
+
+
+def test_unrunnable_families_need_what_if(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["plan", "--model", "gpt-tiny", "--cluster", str(CLUSTERS / "local-cpu.yaml"),
+            "--strategies", "pipedream", "--out", str(tmp_path / "p.json")]  # fmt: skip
+    code, _, err = _run(argv, capsys)
+    assert code == 2 and "--what-if" in err and "pipedream" in err
+    assert not (tmp_path / "p.json").exists()
+    code, _, err = _run([*argv, "--what-if", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads((tmp_path / "p.json").read_text())["strategy"] == "pipedream"
+
+
+def test_model_that_cannot_be_cut_is_refused_up_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src = tmp_path / "branchy.py"
+    src.write_text(BRANCHY)
+    model = f"{src}:branchy"
+    cluster = str(CLUSTERS / "local-cpu.yaml")
+    plan = tmp_path / "plan.json"
+    code, out, err = _run(["plan", "--model", model, "--cluster", cluster, "--batch", "8",
+                           "--out", str(plan), "--json"], capsys)  # fmt: skip
+    assert code == 0, err
+    data = json.loads(out)
+    assert json.loads(plan.read_text())["strategy"] == "dp"
+    assert any("cannot be traced" in reason for reason in data["rejected"])
+    argv = ["predict", "--model", model, "--cluster", cluster, "--strategy", "gpipe"]
+    code, _, err = _run([*argv, "--batch", "8"], capsys)
+    assert code == 2
+    assert "cannot be traced into stages" in err and len(err.strip().splitlines()) == 1
