@@ -5,6 +5,7 @@ weights) and for the zoo's small nets: the same loss at every step and the same 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -94,3 +95,21 @@ def test_custom_forward_1f1b_three_stages_and_dp(name: str) -> None:
 )
 def test_zoo_models_train_the_same_network(name: str, family: str, stages: int) -> None:
     check_same_training(make_plan(name, family, stages), name)
+
+
+@pytest.mark.parametrize(
+    ("name", "family", "stages", "dtype"),
+    [
+        ("tied_lm", "1f1b", 2, "bf16"),
+        ("gpt-tiny", "hybrid", 2, "bf16"),
+        ("skip", "gpipe", 3, "fp16"),
+    ],
+)
+def test_mixed_precision_trains_the_same_network(
+    name: str, family: str, stages: int, dtype: str
+) -> None:
+    """Autocast over fp32 master weights (fp16 with the loss scaler): the pipeline's steps
+    equal one process's under the same autocast, and its weights stay fp32."""
+    plan = make_plan(name, family, stages)
+    plan = dataclasses.replace(plan, model=dataclasses.replace(plan.model, dtype=dtype))
+    check_same_training(plan, name)

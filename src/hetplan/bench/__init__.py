@@ -3,11 +3,12 @@ plan quality on the local machine (``hetplan bench``).
 
 - :mod:`hetplan.bench.suite`: the models, clusters and strategies of the quick and full suites.
 - :mod:`hetplan.bench.runner`: ``run_suite`` profiles, predicts, plans and measures.
-- :mod:`hetplan.bench.stats`: ``summarize`` (median/p90 error, selection accuracy, speedups).
+- :mod:`hetplan.bench.stats`: ``summarize`` (median/p90 time and memory error, selection
+  accuracy, speedups).
 - :mod:`hetplan.bench.report`: ``write_report`` (``report.md``, ``report.html``, figures).
 """
 
 from hetplan.bench.stats import Summary, summarize
-from hetplan.bench.types import CaseResult, Span, SuiteResult
+from hetplan.bench.types import CaseResult, RankMemory, Span, SuiteResult
 
-__all__ = ["CaseResult", "Span", "SuiteResult", "Summary", "summarize"]
+__all__ = ["CaseResult", "RankMemory", "Span", "SuiteResult", "Summary", "summarize"]

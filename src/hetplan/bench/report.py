@@ -12,6 +12,7 @@ from hetplan.bench.stats import (
     TARGET_P90_ERROR,
     TARGET_SELECTION,
     Summary,
+    case_memory_error,
     summarize,
 )
 from hetplan.bench.suite import HETEROGENEOUS, PIPELINES
@@ -101,6 +102,7 @@ def _cases_section(
         f"disturbed by other jobs on the shared machine): median absolute error "
         f"{100 * summary.median_error_p10:.1f}% (a secondary figure; the targets use medians)."
     )
+    doc.para(memory_summary(summary))
     if summary.repeatability is not None:
         doc.para(
             f"Repeatability: plans measured twice (the planner's pick equal to a fixed plan) "
@@ -111,14 +113,32 @@ def _cases_section(
         doc.image(figures["scatter"], "predicted vs measured scatter")
     rows = [
         [c.model, c.cluster, c.strategy, c.label, str(c.ranks), _ms(c.predicted_s),
-         f"{_ms(c.measured_s)} ({_ms(c.measured_p10_s)}-{_ms(c.measured_p90_s)})", _pct(c.error)]
+         f"{_ms(c.measured_s)} ({_ms(c.measured_p10_s)}-{_ms(c.measured_p90_s)})", _pct(c.error),
+         _pct(case_memory_error(c))]
         for c in result.cases
     ]  # fmt: skip
     head = ["model", "cluster", "strategy", "plan", "ranks", "predicted ms",
-            "measured ms (p10-p90)", "error"]  # fmt: skip
+            "measured ms (p10-p90)", "error", "memory error"]  # fmt: skip
     doc.table(head, rows)
     doc.para("Median signed error by strategy and cluster (where the model is biased):")
     doc.table(["group", "cases", "median error"], bias_rows(result.cases))
+
+
+def memory_summary(summary: Summary) -> str:
+    """The peak-memory figures' paragraph (beside the time error's)."""
+    how = (
+        "memory error = (measured - predicted) / predicted peak bytes of a rank, the "
+        "prediction without its framework allowance (the fixed CUDA context / allocator "
+        "reserve, which the measurement does not see: live tensor bytes on CPU, the "
+        "allocator's peak on CUDA); per case the rank with the largest absolute error."
+    )
+    if summary.memory_cases == 0:
+        return f"Peak memory: no case has a memory figure. {how[0].upper()}{how[1:]}"
+    return (
+        f"Peak memory ({summary.memory_cases} cases): absolute memory error median "
+        f"{100 * summary.median_memory_error:.1f}%, p90 {100 * summary.p90_memory_error:.1f}%; "
+        + how
+    )
 
 
 def bias_rows(cases: list[CaseResult]) -> list[list[str]]:

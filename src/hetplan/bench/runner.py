@@ -9,18 +9,26 @@ from pathlib import Path
 from hetplan.bench.machine import machine_info
 from hetplan.bench.plans import fixed_plan, plan_label, planner_pick
 from hetplan.bench.suite import HETEROGENEOUS, BenchModel, SuiteConfig, cluster_path, strategies
-from hetplan.bench.types import PLANNER, CaseResult, ParetoPoint, PlannerTiming, Span, SuiteResult
+from hetplan.bench.types import (
+    PLANNER,
+    CaseResult,
+    ParetoPoint,
+    PlannerTiming,
+    RankMemory,
+    Span,
+    SuiteResult,
+)
 from hetplan.cluster import Cluster, load_cluster
 from hetplan.cost.types import ComputeModel
 from hetplan.graph import build_graph
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.types import ModelRef, Plan
-from hetplan.predict import predict
+from hetplan.predict import Prediction, predict
 from hetplan.profile.model import CPU_TYPE, ProfileRequest, profile_model
 from hetplan.profile.select import compute_model
 from hetplan.profile.store import find_profile, save_profile
 from hetplan.run.launch import RunError
-from hetplan.run.measure import Measurement
+from hetplan.run.measure import Measurement, with_predicted_memory
 from hetplan.run.train import measure_plan
 from hetplan.schedule.types import COMPUTE_KINDS
 from hetplan.serde import to_data
@@ -189,7 +197,25 @@ def run_case(
         plan=to_data(plan),
         simulated=simulated,
         measured=measured_spans(measured),
+        memory=rank_memory(measured, prediction),
     )
+
+
+def comparable_memory(prediction: Prediction) -> dict[str, float]:
+    """Device id -> predicted peak memory less the ``framework`` allowance: that allowance is
+    a fixed CUDA context / allocator reserve which the measurement (live tensor bytes on CPU,
+    the allocator's peak on CUDA) does not see, so it is left out of the comparison."""
+    return {d.id: d.memory_bytes - d.memory.get("framework", 0.0) for d in prediction.devices}
+
+
+def rank_memory(m: Measurement, prediction: Prediction) -> list[RankMemory]:
+    """Per rank: predicted (without the framework allowance) and measured peak memory."""
+    m = with_predicted_memory(m, comparable_memory(prediction))
+    return [
+        RankMemory(rank=r.rank, device=r.device, predicted_bytes=r.predicted_memory_bytes,
+                   measured_bytes=r.peak_memory_bytes, source=r.memory_source)
+        for r in m.ranks
+    ]  # fmt: skip
 
 
 def measured_spans(m: Measurement) -> list[Span]:

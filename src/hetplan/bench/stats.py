@@ -12,6 +12,11 @@
 - plan quality, on the heterogeneous cluster: ``measured(dp equal split) / measured(pick)``
   and ``measured(best equal-layer pipeline) / measured(pick)``, per model and their geometric
   mean.
+- memory error of a rank: ``(measured - predicted) / predicted`` peak bytes, the prediction
+  without its ``framework`` allowance (see :class:`hetplan.bench.types.RankMemory`); a case's
+  memory error is that of its rank with the largest absolute error, and the suite reports
+  the median and the 90th percentile of its absolute value over the cases that have one
+  (NaN when none has, e.g. results saved before memory was recorded).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from hetplan.bench.suite import HETEROGENEOUS, PIPELINES
-from hetplan.bench.types import PLANNER, CaseResult
+from hetplan.bench.types import PLANNER, CaseResult, RankMemory
 from hetplan.run.measure import percentile
 
 PICK_TOLERANCE = 0.05
@@ -70,10 +75,36 @@ class Summary:
     other jobs on the machine): a secondary figure, to tell model error from load."""
     repeatability: float | None = None
     """Median |m1/m2 - 1| over plans measured twice (the machine's noise floor)."""
+    median_memory_error: float = math.nan
+    """Median over the cases with a memory figure of |case memory error| (see
+    :func:`case_memory_error`); NaN when no case has one."""
+    p90_memory_error: float = math.nan
+    memory_cases: int = 0
+    """Cases with a memory figure."""
 
 
 def abs_errors(cases: list[CaseResult]) -> list[float]:
     return [abs(c.error) for c in cases]
+
+
+def memory_error(r: RankMemory) -> float | None:
+    """(measured - predicted) / predicted peak memory of one rank; None without a positive
+    prediction."""
+    if r.predicted_bytes is None or not r.predicted_bytes > 0:
+        return None
+    return (r.measured_bytes - r.predicted_bytes) / r.predicted_bytes
+
+
+def case_memory_error(case: CaseResult) -> float | None:
+    """The signed memory error of the case's rank with the largest |error|; None if no rank
+    has one."""
+    errs = [e for r in case.memory if (e := memory_error(r)) is not None]
+    return max(errs, key=abs, default=None)
+
+
+def abs_memory_errors(cases: list[CaseResult]) -> list[float]:
+    """|case memory error| of the cases that have one."""
+    return [abs(e) for c in cases if (e := case_memory_error(c)) is not None]
 
 
 def plan_key(case: CaseResult) -> str:
@@ -153,6 +184,7 @@ def geomean(values: list[float]) -> float | None:
 def summarize(cases: list[CaseResult]) -> Summary:
     """All of the suite's figures from its cases."""
     errs = abs_errors(cases)
+    mem = abs_memory_errors(cases)
     sel = selections(cases)
     per_model = speedups(cases)
     return Summary(
@@ -174,4 +206,7 @@ def summarize(cases: list[CaseResult]) -> Summary:
         if cases
         else math.nan,
         repeatability=statistics.median(rep) if (rep := repeat_spreads(cases)) else None,
+        median_memory_error=statistics.median(mem) if mem else math.nan,
+        p90_memory_error=percentile(mem, 90) if mem else math.nan,
+        memory_cases=len(mem),
     )

@@ -21,6 +21,23 @@ class Span:
     end: float
 
 
+@dataclass(frozen=True, kw_only=True)
+class RankMemory:
+    """One rank's peak memory: predicted against measured (bytes)."""
+
+    rank: int
+    device: str
+    """The cluster device id the rank ran on."""
+    predicted_bytes: float | None
+    """The prediction's peak memory of the rank's device less its ``framework`` allowance
+    (the fixed CUDA context / allocator reserve, which neither the CPU tensor-byte count nor
+    the CUDA allocator's peak sees); None where the prediction has no such device."""
+    measured_bytes: int
+    """Peak of the first (untimed) step: live tensor bytes on CPU, allocator peak on CUDA."""
+    source: str
+    """How it was measured (``tensor bytes`` or ``cuda.max_memory_allocated``)."""
+
+
 @dataclass(kw_only=True)
 class CaseResult:
     """One model x cluster x strategy: predicted against measured iteration time."""
@@ -44,6 +61,8 @@ class CaseResult:
     """Seconds the planner's search took (planner cases)."""
     simulated: list[Span] = field(default_factory=list)
     measured: list[Span] = field(default_factory=list)
+    memory: list[RankMemory] = field(default_factory=list)
+    """Per rank peak memory (empty in results saved before memory was recorded)."""
 
     @property
     def error(self) -> float:

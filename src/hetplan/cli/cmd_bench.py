@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import typer
 
 from hetplan.bench.report import write_report
 from hetplan.bench.runner import run_suite
-from hetplan.bench.stats import Summary, summarize
+from hetplan.bench.stats import Summary, case_memory_error, memory_error, summarize
 from hetplan.bench.suite import EXECUTABLE_FAMILIES, FULL, QUICK, select_models
 from hetplan.bench.types import PLANNER, SuiteResult
 from hetplan.cli.output import console, print_json
@@ -23,8 +24,14 @@ PLANNER_SIZES_FULL = (8, 16)
 """Extra homogeneous cluster sizes the full suite times the planner on (no run)."""
 
 
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
 def _json(result: SuiteResult, summary: Summary, out: Path) -> dict[str, Any]:
     data = {k: v for k, v in to_data(summary).items() if k not in ("selections", "speedups")}
+    for key in ("median_memory_error", "p90_memory_error"):  # null, not NaN, when no figure
+        data[key] = _finite(data[key])
     data["selections"] = [to_data(s) for s in summary.selections]
     data["speedups"] = summary.speedups
     data["cases"] = [
@@ -32,6 +39,8 @@ def _json(result: SuiteResult, summary: Summary, out: Path) -> dict[str, Any]:
             "model": c.model, "cluster": c.cluster, "strategy": c.strategy, "plan": c.label,
             "ranks": c.ranks, "predicted_s": c.predicted_s, "measured_s": c.measured_s,
             "error": c.error, "planner_strategy": c.planner_strategy, "search_s": c.search_s,
+            "memory_error": case_memory_error(c),
+            "memory": [{**to_data(r), "error": memory_error(r)} for r in c.memory],
         }
         for c in result.cases
     ]  # fmt: skip

@@ -1,6 +1,7 @@
 """Single-process training of a plan's global batch: what every distributed step must equal.
 
-The reference cuts each pipeline's batch into the plan's micro-batches and accumulates their
+Mixed precision as the runtime runs it (autocast over fp32 weights, the same loss scale). The
+reference cuts each pipeline's batch into the plan's micro-batches and accumulates their
 gradients, each loss weighted by its share of the global batch, exactly as the runtime does:
 for models whose forward mixes samples (BatchNorm in training mode) the micro-batch is part of
 the network's definition, and for all others this equals one pass over the global batch.
@@ -12,6 +13,7 @@ import torch
 
 from hetplan.plan.types import Plan
 from hetplan.run.model import ModelSource, data_seed
+from hetplan.run.precision import LossScaler, autocast
 
 
 def global_batch(
@@ -33,6 +35,7 @@ def reference_run(
 
     model = source.build(seed, "cpu")
     optimizer = make_optimizer(plan.optimizer, list(model.parameters()))
+    scaler = LossScaler(plan.model.dtype == "fp16")
     losses: list[float] = []
     grads: dict[str, torch.Tensor] = {}
     for step in range(steps):
@@ -45,17 +48,20 @@ def reference_run(
                 torch.tensor_split(y, plan.micro_batches),
                 strict=True,
             ):
-                loss = source.loss(model(xs), ys) * (xs.shape[0] / plan.global_batch)
-                loss.backward()
+                with autocast("cpu", plan.model.dtype):
+                    loss = source.loss(model(xs), ys) * (xs.shape[0] / plan.global_batch)
+                (loss.float() * scaler.scale).backward()
                 total += float(loss.detach())
         losses.append(total)
+        finite = scaler.unscale_and_check(list(model.parameters()))
         if step == 0:
             grads = {
                 n: p.grad.detach().clone()
                 for n, p in model.named_parameters()
                 if p.grad is not None
             }
-        optimizer.step()
+        if finite:
+            optimizer.step()
     return losses, grads
 
 
