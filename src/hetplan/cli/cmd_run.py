@@ -10,6 +10,7 @@ import typer
 from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
+from hetplan.bench.runner import comparable_memory
 from hetplan.cli.output import console, print_json
 from hetplan.cli.train_view import trace_chart
 from hetplan.cluster import load_cluster
@@ -58,7 +59,8 @@ def _print(m: Measurement, path: Path, chart: Path | None) -> None:
     console.print(table)
     console.print(
         "p.s: pipeline.stage; wait: communication not hidden by compute + idle; "
-        f"peak mem: {m.ranks[0].memory_source} of the first step; pred mem: predicted (error)"
+        f"peak mem: {m.ranks[0].memory_source} of the first step; pred mem: predicted without the "
+        "framework allowance (error)"
     )
     console.print(f"losses (global-batch mean per step): {', '.join(f'{x:.4f}' for x in m.loss)}")
     console.print(f"saved {path}" + (f" and {chart}" if chart is not None else ""))
@@ -137,7 +139,7 @@ def train_cmd(
     path = out or default_path(plan)
     if prediction is not None:
         measured = with_prediction(measured, prediction.iteration_time_s, source)
-        memory = {d.id: d.memory_bytes for d in prediction.devices}
+        memory = comparable_memory(prediction)
         measured = with_predicted_memory(measured, memory)
         path.parent.mkdir(parents=True, exist_ok=True)
         chart = trace_chart(measured, prediction.timeline, path.with_suffix(".gantt.png"))

@@ -26,6 +26,7 @@ KIND_COLORS = {
     "send": "#8172b3",
     "recv": "#937860",
     "allreduce": "#c44e52",
+    "tie": "#da8bc3",
 }
 COMPUTE_BAR_KINDS = frozenset({"fwd", "bwd", "optimizer"})
 """Drawn full height; communication is drawn as a thin bar under the lane's compute."""

@@ -136,24 +136,25 @@ class Executor:
     def _run(self, act: Action) -> None:
         start = time.perf_counter()
         if act.kind == "fwd":
-            self._forward(act.microbatch)
+            self._forward(act)
+            return  # recorded by _forward, from the arrival of its input
         elif act.kind == "bwd":
             if act.part <= 0:
-                self._backward(act, start)
+                self._backward(act)
             return  # parts are recorded by _backward
         elif act.kind == "send":
-            kind = self._transfer(act)
-            self._record(kind, act, start, time.perf_counter())
-            return
+            if self._transfer(act) == "send":
+                self._record("send", act, start, time.perf_counter())
+            return  # a receive is recorded when its data has arrived (_wait)
         elif act.kind == "allreduce":
             if self.sync is not None:
                 self.sync.launch(act.part)
             return  # recorded when it completes
         elif act.kind == "optimizer":
             self._optimizer_step()
+            return  # recorded by _optimizer_step, after the gradients are in
         else:
             raise RuntimeError(f"action {act.kind} is not executable by this runtime")
-        self._record(act.kind, act, start, time.perf_counter())
 
     def _transfer(self, act: Action) -> str:
         io, st = self.io, self._s
@@ -177,20 +178,27 @@ class Executor:
             st.recv_grad[j] = (bufs, works, now)
         return "recv"
 
-    def _wait(self, pending: tuple[list[torch.Tensor], list[Any], float]) -> list[torch.Tensor]:
-        bufs, works, _ = pending
+    def _wait(
+        self, pending: tuple[list[torch.Tensor], list[Any], float], stage: int, j: int
+    ) -> list[torch.Tensor]:
+        """Wait for a posted receive; recorded as ``recv`` from posting to arrival."""
+        bufs, works, posted = pending
         for w in works:
             w.wait()
+        self.trace.append(("recv", stage, j, -1, posted, time.perf_counter()))
         return bufs
 
-    def _forward(self, j: int) -> None:
+    def _forward(self, act: Action) -> None:
         io, st = self.io, self._s
+        j = act.microbatch
         if io.first:
             args: tuple[Any, ...] = (st.xs[j],)
+            start = time.perf_counter()
         else:
             assert io.tin is not None
-            args = p2p.assemble(io.tin, self._wait(st.recv_in.pop(j)))
+            args = p2p.assemble(io.tin, self._wait(st.recv_in.pop(j), io.stage - 1, j))
             st.inputs[j] = args
+        start = time.perf_counter()
         with autocast(self.device, self.dtype):
             if self.recompute and torch.is_grad_enabled():
                 out = checkpoint(self.module, *args, use_reentrant=False)
@@ -203,21 +211,27 @@ class Executor:
                 st.outputs[j] = loss
             else:
                 st.outputs[j] = out
+        self._record("fwd", act, start, time.perf_counter())
 
-    def _backward(self, act: Action, start: float) -> None:
+    def _backward(self, act: Action) -> None:
         io, st = self.io, self._s
         j = act.microbatch
         final = j == self.m - 1
+        grads: list[torch.Tensor] = []
+        if not io.last:
+            grads = self._wait(st.recv_grad.pop(j), io.stage + 1, j)
         if final and self.ties is not None:
-            self.ties.add_partials()
+            tie_start = time.perf_counter()
+            if self.ties.add_partials():
+                self.trace.append(("tie", io.stage, j, -1, tie_start, time.perf_counter()))
         if final and self.sync is not None:
             self.sync.arm()
+        start = time.perf_counter()
         out = st.outputs.pop(j)
         if io.last:
             torch.autograd.backward(out.float() * self.scaler.scale)
         else:
             assert io.tout is not None
-            grads = self._wait(st.recv_grad.pop(j))
             tensors = p2p.grad_tensors(out, io.tout)
             pairs = [(t, g) for t, g in zip(tensors, grads, strict=True) if t.requires_grad]
             if pairs:
@@ -248,10 +262,14 @@ class Executor:
         if self.sync is not None:
             self.sync.finish()
         if self.ties is not None:
+            tie_start = time.perf_counter()
             self.ties.share_totals()
+            self.trace.append(("tie", self.io.stage, -1, -1, tie_start, time.perf_counter()))
+        start = time.perf_counter()
         params = [p for p in self.module.parameters() if p.requires_grad]
         if self.scaler.unscale_and_check(params):
             self.optimizer.step()
+        self.trace.append(("optimizer", self.io.stage, -1, -1, start, time.perf_counter()))
 
 
 def _now(device: str) -> float:

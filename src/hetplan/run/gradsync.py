@@ -137,8 +137,10 @@ class TieSync:
                 g = self._grad(name).clone()
                 self._sends.append(dist.isend(g, peers[0], tag=TIE_TAG + 2 * i))
 
-    def add_partials(self) -> None:
-        """Owner: before the last backward, add every later stage's partial gradient."""
+    def add_partials(self) -> bool:
+        """Owner: before the last backward, add every later stage's partial gradient; True if
+        this rank owns any tie (it waited for partials)."""
+        owns = False
         for i, name, owner, peers in self.entries:
             if owner:
                 g = self._grad(name)
@@ -146,6 +148,8 @@ class TieSync:
                     buf = torch.empty_like(g)
                     dist.recv(buf, src, tag=TIE_TAG + 2 * i)
                     g.add_(buf)
+                owns = True
+        return owns
 
     def share_totals(self) -> None:
         """At the optimizer: the owner sends the synchronised gradient, the others take it."""

@@ -58,7 +58,8 @@ class RankFigures:
     """``cuda.max_memory_allocated`` or ``tensor bytes`` (CPU: live tensor storages, see
     :mod:`hetplan.run.memory`)."""
     predicted_memory_bytes: int | None = None
-    """The prediction's peak memory of this rank's device, where there is one."""
+    """The prediction's peak memory of this rank's device without its framework allowance
+    (which neither the CUDA allocator's peak nor the CPU tensor count can see)."""
     actions: list[ActionSpan] = field(default_factory=list)
     """Forward and backward spans of the last timed step (see :class:`ActionSpan`)."""
 
