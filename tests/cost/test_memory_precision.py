@@ -77,7 +77,9 @@ def test_fp32_adam_is_16_bytes_per_parameter_plus_activations() -> None:
     n = 1500
     assert (m.weights, m.grads, m.optimizer, m.cast_cache) == (4 * n, 4 * n, 8 * n, 0)
     assert m.activations == (100 + 60) * 4
-    assert m.total == 16 * n + 640
+    # backward: the gradients of one layer's output and input (2 x 40 B x 4 samples)
+    assert m.backward_workspace == 2 * 40 * 4
+    assert m.total == 16 * n + 640 + 320
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
@@ -93,7 +95,8 @@ def test_mixed_adam_is_4_4_8_2_bytes_per_parameter_plus_low_precision_activation
     assert m.optimizer == 8 * n
     assert m.cast_cache == 2 * n
     assert m.activations == (50 + 30) * 4
-    assert m.total == (4 + 4 + 8 + 2) * n + 320
+    assert m.backward_workspace == 2 * 20 * 4  # bf16 activation gradients
+    assert m.total == (4 + 4 + 8 + 2) * n + 320 + 160
 
 
 def test_layers_without_matmul_flops_get_no_cast_copy() -> None:
@@ -101,7 +104,7 @@ def test_layers_without_matmul_flops_get_no_cast_copy() -> None:
     # fp32 and keeps no cast of its weights.
     m = adam("bf16", flops=(1.0, 0.0))
     assert m.cast_cache == 2 * 1000
-    assert m.total == 16 * 1500 + 2 * 1000 + 320
+    assert m.total == 16 * 1500 + 2 * 1000 + 320 + 160
 
 
 def test_tensor_parallel_stash_and_buckets_in_mixed_precision() -> None:
@@ -207,11 +210,15 @@ def test_predict_memory_by_hand_and_screening_agrees(
     held = (4 + 4 + 8 + 4) * 1500 + cast + act
     screen = Pricing(graph=graph, cluster=clus, compute=AnalyticalCompute(dtype))
     layer_mem = screen.layer_mem(4, 1, "adam", synced=True)
+    # The screening sums per-layer terms; predict adds the stage-level backward workspace
+    # (two activation gradients of one micro-batch: 2 x 40 B x 4 in fp32).
     assert float(layer_mem.sum()) == pytest.approx(held, rel=1e-12)
+    work = 2 * (40 * ELEM[dtype] // 4) * 4
     assert len(pred.devices) == 2
     for dev in pred.devices:
         assert dev.memory["cast_cache"] == cast
-        assert dev.memory_bytes - dev.memory["framework"] == held
+        assert dev.memory["backward_workspace"] == work
+        assert dev.memory_bytes - dev.memory["framework"] == held + work
 
 
 def test_ps_shards_and_traffic_are_fp32_under_mixed_precision(
@@ -232,8 +239,14 @@ def test_gpipe_stages_keep_a_cast_copy_per_micro_batch(make_cluster: ClusterFact
     assert [d.memory["cast_cache"] for d in pred.devices] == [2 * 2 * 1000, 2 * 2 * 500]
     screen = Pricing(graph=graph, cluster=clus, compute=AnalyticalCompute())
     layer_mem = screen.layer_mem(4, 2, "adam")  # 2 micro-batches of 4 samples in flight
+    # Stage-level terms predict adds: 2 bf16 activation gradients (2 x 20 B x 4 samples), and
+    # on stage 1 the received input kept for both micro-batches (20 B x 4 x 2).
+    assert [d.memory["backward_workspace"] for d in pred.devices] == [160, 160]
+    assert [d.memory.get("stage_inputs", 0) for d in pred.devices] == [0, 160]
     for i, dev in enumerate(pred.devices):
-        assert dev.memory_bytes - dev.memory["framework"] == pytest.approx(layer_mem[i])
+        extra = dev.memory["framework"] + dev.memory["backward_workspace"]
+        extra += dev.memory.get("stage_inputs", 0)
+        assert dev.memory_bytes - extra == pytest.approx(layer_mem[i])
 
 
 def test_pipeline_cut_stays_low_precision(make_cluster: ClusterFactory) -> None:

@@ -65,6 +65,18 @@ class MemoryBreakdown:
     total: float
     cast_cache: float = 0.0
     """Mixed precision: autocast's low-precision copies of the weights (0 in fp32)."""
+    backward_workspace: float = 0.0
+    """Gradients alive while one layer is differentiated (its output's and its input's)."""
+    stage_inputs: float = 0.0
+    """A later pipeline stage: the received inputs it keeps for each in-flight micro-batch's
+    backward (to send their gradients back), beyond what its layers already save."""
+
+
+# While autograd differentiates a layer, the gradient of its output and the gradient of its
+# input are both alive (the first is freed after the layer's backward): two activation-sized
+# buffers of one micro-batch on top of the saved activations (reverse-mode autodiff; measured
+# with hetplan.run.memcount on gpt-tiny and resnet-tiny stages, docs/benchmarks.md).
+BACKWARD_GRAD_BUFFERS = 2  # activation-sized buffers
 
 
 DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # bytes per element
@@ -137,6 +149,7 @@ def stage_memory(
     bucket_bytes: float = 0,
     framework_bytes: float = FRAMEWORK_OVERHEAD_BYTES,
     input_bytes: float | None = None,
+    received_bytes: float = 0.0,
 ) -> MemoryBreakdown:
     """Peak memory of a stage holding ``layers``.
 
@@ -155,7 +168,13 @@ def stage_memory(
       the graph dtype (low precision under autocast, see docs/cost-models.md),
     - stashed_weights = stashed_versions * weights (PipeDream weight stashing, fp32 masters),
     - comm_buffers = ``bucket_bytes`` (DDP's flat gradient bucket copies),
-    - framework = ``framework_bytes``.
+    - framework = ``framework_bytes``,
+    - stage_inputs (stages after the first) = max(``received_bytes`` - the first layer's
+      ``saved_input_bytes``, 0) * micro_batch * in_flight: the values received across the cut
+      (``received_bytes`` per sample, the graph's cut bytes) are held until each micro-batch's
+      backward sends their gradients back; the part the stage's first layer saves anyway is
+      already in the activations. Not with ``recompute`` (the stage input is counted there),
+    - backward_workspace = ``BACKWARD_GRAD_BUFFERS`` * max(out_bytes) * micro_batch / tp.
 
     TP divides weights and activations by ``tp`` (Megatron splits the attention heads and
     the MLP hidden dimension; replicated layer norms and dropout masks are ignored).
@@ -181,6 +200,10 @@ def stage_memory(
         activations = (stage_in * micro_batch * in_flight + saved * micro_batch) / tp
     else:
         activations = saved * micro_batch * in_flight / tp
+    kept_in = 0.0
+    if layers and not recompute:
+        extra = max(received_bytes - layers[0].saved_input_bytes, 0.0)
+        kept_in = extra * micro_batch * in_flight / tp
     parts = {
         "weights": weights,
         "grads": grads,
@@ -190,6 +213,10 @@ def stage_memory(
         "stashed_weights": stashed_versions * weights,
         "comm_buffers": float(bucket_bytes),
         "framework": float(framework_bytes),
+        "stage_inputs": float(kept_in),
+        "backward_workspace": float(
+            BACKWARD_GRAD_BUFFERS * max((x.out_bytes for x in layers), default=0) * micro_batch / tp
+        ),
     }
     return MemoryBreakdown(**parts, total=sum(parts.values()))
 

@@ -215,6 +215,8 @@ class Dedup:
         if in_key in st.producer:
             st.last_use[in_key] = max(st.last_use.get(in_key, idx), idx)
             st.size[in_key] = max(st.size.get(in_key, 0), tmpl.read_bytes)
+            per = st.reads.setdefault(in_key, {})
+            per[idx] = max(per.get(idx, 0), tmpl.read_bytes)
         st.producer[out_key] = idx
         st.keep.append(out)
         if tmpl.saves_output:

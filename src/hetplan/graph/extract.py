@@ -226,6 +226,7 @@ def _layer_info(name: str, st: LayerStats, params: list[torch.Tensor], batch: in
         param_tensor_bytes=sizes,
         out_bytes=math.ceil(max(st.out_bytes, 0) / batch),
         saved_bytes=math.ceil(st.saved / batch),
+        saved_input_bytes=math.ceil(st.saved_in / batch),
         fwd_io_bytes=math.ceil(st.fwd_io / batch),
         bwd_io_bytes=math.ceil(st.bwd_io / batch),
         fwd_kernels=st.fwd_kernels,
@@ -234,12 +235,14 @@ def _layer_info(name: str, st: LayerStats, params: list[torch.Tensor], batch: in
 
 
 def _cut_bytes(state: TraceState, n: int, batch: int) -> tuple[int, ...]:
-    """Bytes of every tensor produced at or before layer ``i`` and used after it."""
+    """Bytes of every tensor produced at or before layer ``i`` and used after it: the most
+    any later layer reads of it (a view of a slice sends only the slice)."""
     cuts = [0] * max(n - 1, 0)
     for key, last in state.last_use.items():
         first = max(state.producer[key], 0)
+        reads = sorted(state.reads.get(key, {}).items())
         for i in range(first, min(last, n - 1)):
-            cuts[i] += state.size[key]
+            cuts[i] += max((b for layer, b in reads if layer > i), default=state.size[key])
     return tuple(math.ceil(c / batch) for c in cuts)
 
 

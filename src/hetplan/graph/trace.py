@@ -48,6 +48,8 @@ class LayerStats:
     fwd_kernels: int = 0
     bwd_kernels: int = 0
     saved: int = 0
+    saved_in: int = 0
+    """Part of ``saved`` in tensors earlier layers produced (the layer's inputs)."""
     out_bytes: int = -1
     ops: int = 0
     """Operators recorded (views included)."""
@@ -69,6 +71,9 @@ class TraceState:
     producer: dict[int, int] = field(default_factory=dict)
     last_use: dict[int, int] = field(default_factory=dict)
     size: dict[int, int] = field(default_factory=dict)
+    reads: dict[int, dict[int, int]] = field(default_factory=dict)
+    """Storage key -> layer -> largest bytes that layer read of it (a later layer may need
+    only a slice: the cut carries what later layers read, as the stage split sends it)."""
     saved_keys: set[int] = field(default_factory=set)
     reused: set[int] = field(default_factory=set)
     """Module-list positions of layers called again after a later layer ran."""
@@ -150,6 +155,8 @@ class TraceState:
             if made is not None:
                 self.last_use[key] = max(self.last_use.get(key, layer), layer)
                 self.size[key] = max(self.size.get(key, 0), t.nbytes)
+                per = self.reads.setdefault(key, {})
+                per[layer] = max(per.get(layer, 0), t.nbytes)
                 if watch is not None and made < layer:
                     watch[key] = max(watch.get(key, 0), t.nbytes)
         self.produce(outs, layer)
@@ -191,7 +198,10 @@ class TraceState:
         key = storage_key(t)
         if not self.backward and key not in self.excluded and key not in self.saved_keys:
             self.saved_keys.add(key)
-            self.stats[self.cur_fwd].saved += t.untyped_storage().nbytes()
+            nbytes = t.untyped_storage().nbytes()
+            self.stats[self.cur_fwd].saved += nbytes
+            if 0 <= self.producer.get(key, -1) < self.cur_fwd:
+                self.stats[self.cur_fwd].saved_in += nbytes
             self.keep.append(t)
         return t
 

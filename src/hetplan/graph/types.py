@@ -32,6 +32,9 @@ class LayerInfo:
     """Bytes per sample of the layer's output activation."""
     saved_bytes: int
     """Bytes per sample kept by autograd for the backward pass (activations, not weights)."""
+    saved_input_bytes: int = 0
+    """Part of ``saved_bytes`` in tensors earlier layers produced: for a stage starting at this
+    layer, the received input it already counts (see ``stage_memory``)."""
     fwd_io_bytes: int
     """Bytes per sample read and written by the forward kernels, excluding weights."""
     bwd_io_bytes: int

@@ -90,6 +90,7 @@ def _accumulation(ctx: Context, devices: Sequence[str], shares: Sequence[int]) -
             tp = len(members(d))
             layers = ctx.pricing.layer_mem(math.ceil(b / m), 1, ctx.optimizer, synced=synced, tp=tp)
             need = framework_overhead_bytes(is_gpu(dtype)) + float(layers.sum())
+            need += ctx.pricing.workspace(math.ceil(b / m), tp)
             if need > dtype.memory_bytes:
                 fits = False
                 break
@@ -264,6 +265,7 @@ def equal_pipeline(ctx: Context, devices: Sequence[str]) -> Candidate:
         slowest = max(slowest, t)
         dtype = ctx.pricing.device_type(devices[k])
         need = framework_overhead_bytes(is_gpu(dtype)) + float(layer_mem[i:j].sum())
+        need += ctx.pricing.workspace(micro)
         fits = fits and need <= dtype.memory_bytes
     redo = 1.0 if fits else RECOMPUTE_FACTOR
     time_s = (sum(v / m for v in busy.values()) + (m - 1) * slowest) * redo

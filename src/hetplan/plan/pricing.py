@@ -10,6 +10,7 @@ from numpy.typing import NDArray
 from hetplan.cluster.spec import Cluster, DeviceType, Link
 from hetplan.cost.comm import tp_block_comm_time
 from hetplan.cost.memory import (
+    BACKWARD_GRAD_BUFFERS,
     OPTIMIZER_SLOTS,
     OPTIMIZER_STATE_BYTES,
     cast_cache_bytes,
@@ -98,6 +99,13 @@ class Pricing:
     def speed(self, device_id: str, batch: int) -> float:
         """Samples per second of the whole model at ``batch`` samples per step."""
         return batch / self.step_time(device_id, batch)
+
+    def workspace(self, batch: int, tp: int = 1) -> float:
+        """Predict's stage-level backward workspace (``cost.memory.BACKWARD_GRAD_BUFFERS``
+        activation gradients of one micro-batch of ``batch`` samples), bounded here by the
+        model's largest layer output (the screening does not know the stage yet)."""
+        biggest = max((layer.out_bytes for layer in self.graph.layers), default=0)
+        return float(BACKWARD_GRAD_BUFFERS * biggest * batch / tp)
 
     def layer_mem(
         self,

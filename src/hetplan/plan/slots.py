@@ -81,8 +81,11 @@ def slot_memory(
             )
             np.maximum(mem[s], layer, out=mem[s])
             dtype = ctx.pricing.device_type(d)
-            inputs = biggest_input * micro[v] * flight if recompute else 0.0
-            fixed[s] = max(fixed[s], framework_overhead_bytes(is_gpu(dtype)) + inputs)
+            # Stage inputs held for the backward (predict's stage_inputs; with recomputation
+            # the kept inputs), bounded by the largest cut, plus the backward workspace.
+            inputs = biggest_input * micro[v] * flight if recompute or s > 0 else 0.0
+            extra = inputs + ctx.pricing.workspace(micro[v], len(members(d)))
+            fixed[s] = max(fixed[s], framework_overhead_bytes(is_gpu(dtype)) + extra)
             caps[s] = min(caps[s], dtype.memory_bytes)
     return mem, fixed, caps
 

@@ -70,6 +70,7 @@ def plan_memory(
                     tp=plan.tp,
                     bucket_bytes=bucket_bytes[s] if sync else 0.0,
                     framework_bytes=framework_overhead_bytes(is_gpu(dev.type)),
+                    received_bytes=float(graph.cut_bytes[lo - 1]) if lo > 0 else 0.0,
                 )
                 out[dev_id] = DeviceMemory(
                     breakdown=mem,

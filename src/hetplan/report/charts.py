@@ -107,7 +107,8 @@ def gantt_chart(
     _draw_lanes(axes[0], simulated, lanes, "simulated")
     _draw_lanes(axes[1], measured, lanes, "executed (runtime trace, last timed step)")
     handles = [Rectangle((0, 0), 1, 1, color=c) for c in KIND_COLORS.values()]
-    fig.legend(handles, list(KIND_COLORS), loc="upper right", fontsize=8, ncol=3)
+    fig.legend(handles, list(KIND_COLORS), loc="lower center", fontsize=8, ncol=len(KIND_COLORS))
+    fig.subplots_adjust(bottom=0.3)
     fig.suptitle(title, fontsize=10, x=0.02, ha="left")
     return _save(fig, path)
 

@@ -120,6 +120,9 @@ class Executor:
             st.ys = torch.tensor_split(y, self.m)
         for act in self.actions:
             self._run(act)
+            # Finished sends release their buffers now, not at the step's end: a 1F1B stage
+            # must hold only its in-flight micro-batches, as the memory model charges.
+            st.sends = [w for w in st.sends if not w.is_completed()]
         for w in st.sends:
             w.wait()
         self.step_end = _now(self.device)
