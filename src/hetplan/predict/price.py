@@ -28,7 +28,12 @@ from dataclasses import dataclass
 from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import comm
 from hetplan.cost.comm_buckets import first_bucket
-from hetplan.cost.memory import OPTIMIZER_SLOTS, OPTIMIZER_STATE_BYTES, grad_tensor_bytes
+from hetplan.cost.memory import (
+    OPTIMIZER_SLOTS,
+    OPTIMIZER_STATE_BYTES,
+    grad_tensor_bytes,
+    is_gpu,
+)
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.plan.types import Plan
@@ -40,6 +45,12 @@ from hetplan.units import MiB
 # (3 x 4 B); momentum adds the buffer read and write (5 x 4 B); Adam reads p, g, m, v and
 # writes p, m, v (7 x 4 B). Source: torch.optim's update rules (foreach kernels are
 # memory-bound elementwise ops).
+# Share of an overlapped gloo allreduce's time that a CPU rank's compute loses to it. 1: the
+# collective and the backward take turns on the rank's cores. Measured on the 2-core machine
+# (docs/benchmarks.md): vgg11/cifar10 backward of 8 samples 45-54 ms alone or beside another
+# rank, 72-79 ms while its 37 MB of gradients are all-reduced in buckets by gloo.
+CPU_COLLECTIVE_CORE_SHARE = 1.0  # dimensionless
+
 OPTIMIZER_BYTES_PER_PARAM = {  # bytes/param: p, g read and p written, + each slot read and written
     name: float((3 + 2 * slots) * OPTIMIZER_STATE_BYTES) for name, slots in OPTIMIZER_SLOTS.items()
 }
@@ -92,6 +103,23 @@ def split_backward(
     if hi > 0 or not parts:
         parts.append(float(sum(bwd_layers[:hi])))
     return tuple(parts), index
+
+
+def cpu_collective_steal(parts: Sequence[float], allreduce_s: Sequence[float]) -> tuple[float, ...]:
+    """Backward parts of a CPU rank whose bucket allreduces run while it computes.
+
+    gloo's allreduce runs on the rank's own cores, so the part of bucket ``k``'s allreduce
+    that overlaps the rest of the backward slows that backward down by as much
+    (``CPU_COLLECTIVE_CORE_SHARE`` of it): the time is added to part ``k + 1``, up to the
+    backward that remains after bucket ``k`` is ready. GPUs run NCCL on their own streams and
+    are not affected.
+    """
+    out = list(parts)
+    for k, dur in enumerate(allreduce_s):
+        if k + 1 < len(out):
+            remaining = sum(parts[k + 1 :])
+            out[k + 1] += CPU_COLLECTIVE_CORE_SHARE * min(dur, remaining)
+    return tuple(out)
 
 
 def _stage_compute(
@@ -180,6 +208,9 @@ def price(
         tensors = _tensor_bytes(graph.layers[lo : hi + 1], graph.dtype, plan.tp)
         cap = plan.bucket_mb * MiB
         stage_buckets.append(comm.ddp_buckets(tensors, cap, first_bucket(cap)) if sync else [])
+    buckets = (
+        [_sync_buckets(plan, cluster, s, stage_buckets[s]) for s in range(num)] if sync else []
+    )
     pipes: list[PipelineWork] = []
     mbs: list[int] = []
     sources: set[str] = set()
@@ -195,6 +226,8 @@ def price(
             )
             sources |= src
             parts, _ = split_backward(bwd, stage_buckets[s]) if sync else ((), [])
+            if sync and not any(is_gpu(d.type) for d in devs):
+                parts = cpu_collective_steal(parts, [b.duration_s for b in buckets[s]])
             stages.append(
                 StageWork(
                     devices=tuple(stage.devices),
@@ -208,9 +241,6 @@ def price(
                 nxt = pipe.stages[s + 1].devices
                 cuts.append(_cut(graph, cluster, stage.devices, nxt, ranges[p][s][1], mb))
         pipes.append(PipelineWork(stages=tuple(stages), cuts=tuple(cuts), batch=pipe.batch))
-    buckets = (
-        [_sync_buckets(plan, cluster, s, stage_buckets[s]) for s in range(num)] if sync else []
-    )
     bucket_bytes = [float(sum(b.nbytes for b in bs)) for bs in stage_buckets]
     ps = _ps_work(plan, graph, cluster) if plan.strategy == "ps" else []
     return PricedPlan(
