@@ -88,13 +88,19 @@ def recv_values(
     t: Template, src: int, microbatch: int, device: str
 ) -> tuple[list[torch.Tensor], list[dist.Work]]:
     """Post receives of one micro-batch's tensors; :func:`assemble` once the works are done."""
+    return _post_recv(t, t.tensors, src, microbatch, False, device)
+
+
+def _post_recv(
+    t: Template, leaves: list[int], src: int, microbatch: int, backward: bool, device: str
+) -> tuple[list[torch.Tensor], list[dist.Work]]:
     bufs, works = [], []
-    for i in t.tensors:
+    for i in leaves:
         leaf = t.leaves[i]
         assert leaf.shape is not None and leaf.dtype is not None
         buf = torch.empty(leaf.shape, dtype=leaf.dtype, device=device)
         bufs.append(buf)
-        works.append(dist.irecv(buf, src, tag=tag(microbatch, False, i)))
+        works.append(dist.irecv(buf, src, tag=tag(microbatch, backward, i)))
     return bufs, works
 
 
@@ -130,11 +136,5 @@ def send_grads(
 def recv_grads(
     t: Template, src: int, microbatch: int, device: str
 ) -> tuple[list[torch.Tensor], list[dist.Work]]:
-    bufs, works = [], []
-    for i in t.grads:
-        leaf = t.leaves[i]
-        assert leaf.shape is not None and leaf.dtype is not None
-        buf = torch.empty(leaf.shape, dtype=leaf.dtype, device=device)
-        bufs.append(buf)
-        works.append(dist.irecv(buf, src, tag=tag(microbatch, True, i)))
-    return bufs, works
+    """Post receives of the gradients of one micro-batch's values sent to ``src``."""
+    return _post_recv(t, t.grads, src, microbatch, True, device)
