@@ -321,3 +321,20 @@ def test_pinning_to_missing_cores_is_an_input_error() -> None:
     with pytest.raises(InputError, match="cannot pin"), thread_scope(None, (10_000,)):
         pass
     assert os.sched_getaffinity(0) == before
+
+
+def test_mixed_precision_profile_runs_under_autocast_over_fp32_weights() -> None:
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    seen: list[torch.dtype] = []
+
+    def loss(out: torch.Tensor) -> torch.Tensor:
+        seen.append(out.dtype)
+        return out.float().pow(2).mean()
+
+    measure_batch(
+        model, torch.randn(2, 8), loss, names(model), device=CPU,
+        settings=StepSettings(warmup=0, steps=1, autocast=torch.bfloat16), batch=2,
+    )  # fmt: skip
+    assert seen == [torch.bfloat16]  # the forward ran in bf16 ...
+    assert {p.dtype for p in model.parameters()} == {torch.float32}  # ... over fp32 weights
+    assert {p.grad.dtype for p in model.parameters() if p.grad is not None} == {torch.float32}

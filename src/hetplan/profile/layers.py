@@ -8,6 +8,7 @@ start-up costs; the source papers measured after warm-up).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +51,9 @@ class StepSettings:
     optimizer: str = "sgd"
     """Optimizer step to include: ``sgd``, ``momentum`` (SGD, momentum 0.9), ``adam`` or
     ``none`` (the plan's choices). Learning rate 0: the full cost, weights unchanged."""
+    autocast: torch.dtype | None = None
+    """Run forward and loss under ``torch.autocast`` with this dtype (mixed precision over
+    fp32 weights, as ``hetplan train`` runs bf16/fp16 plans); None: plain."""
 
     def __post_init__(self) -> None:
         if self.warmup < 0 or self.steps < 1:
@@ -157,10 +161,11 @@ def measure_batch(
             start = clock.mark()
             if opt is not None:
                 opt.zero_grad(set_to_none=True)
-            out = module(inputs)
-            model_done = clock.mark()
-            loss = loss_fn(out)
-            loss_done = clock.mark()
+            with _autocast(device, settings.autocast):
+                out = module(inputs)
+                model_done = clock.mark()
+                loss = loss_fn(out)
+                loss_done = clock.mark()
             loss.backward()
             bwd_done = clock.mark()
             timer.end_backward()
@@ -173,6 +178,12 @@ def measure_batch(
     finally:
         timer.remove()
     return _summarize(batch, layer_names, samples)
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def _summarize(batch: int, names: Sequence[str], s: _Samples) -> BatchTiming:

@@ -114,15 +114,18 @@ def profile_model(req: ProfileRequest) -> Profile:
     built = resolve_model(req.model, req.dataset)
     graph = build_graph(built, depth=req.depth, dtype=req.dtype)
     names = [layer.name for layer in graph.layers]
-    tdtype = DTYPES[req.dtype]
-    module = build_module(built, dev, req.seed, dtype=tdtype)
+    # Mixed precision as the runtime trains: fp32 weights and inputs, autocast in the forward.
+    mixed = DTYPES[req.dtype] if req.dtype != "fp32" else None
+    module = build_module(built, dev, req.seed)
     loss = loss_function(built)
 
     def make_batch(b: int) -> tuple[Any, LossFn]:
-        inputs, targets = synthetic_batch(built, b, dev, req.seed, dtype=tdtype)
+        inputs, targets = synthetic_batch(built, b, dev, req.seed)
         return inputs, lambda out: loss(out, targets)
 
-    settings = StepSettings(warmup=req.warmup, steps=req.steps, optimizer=req.optimizer)
+    settings = StepSettings(
+        warmup=req.warmup, steps=req.steps, optimizer=req.optimizer, autocast=mixed
+    )
     hw_name = device_name(dev)
     with thread_scope(req.threads, req.cpus) as threads:
         timings = measure_batches(
