@@ -269,3 +269,24 @@ def test_progress_reports_both_phases() -> None:
     assert all(1 <= done <= total for _, done, total in calls)
     last_sim = [c for c in calls if c[0] == "simulating"][-1]
     assert last_sim[1] == last_sim[2] == ranking.simulated
+
+
+def test_unrunnable_plans_cannot_win() -> None:
+    from hetplan.plan.search import unrunnable
+    from hetplan.plan.types import PipelinePlan, Plan, StagePlan
+
+    def plan(strategy: str, batch: int, m: int) -> Plan:
+        stages = [StagePlan(layers=["a"], devices=["x"]), StagePlan(layers=["b"], devices=["y"])]
+        pipe = PipelinePlan(stages=stages if strategy != "dp" else stages[:1], batch=batch)
+        return Plan(
+            model=ModelRef(name="m"),
+            strategy=strategy,  # type: ignore[arg-type]
+            global_batch=batch,
+            micro_batches=m,
+            pipelines=[pipe],
+        )
+
+    assert unrunnable(plan("gpipe", 8, 4)) is None
+    assert unrunnable(plan("dp", 7, 3)) is None  # dp accumulates uneven slices
+    assert unrunnable(plan("gpipe", 6, 4)) == "batch 6 is not a multiple of 4 micro-batches"
+    assert "not executable" in str(unrunnable(plan("pipedream", 8, 4)))

@@ -108,3 +108,23 @@ def tuple_dict() -> tuple[nn.Module, tuple[int, ...]]:
 
 def tied_lm() -> tuple[nn.Module, torch.Tensor]:
     return TiedLM(), torch.zeros(2, SEQ, dtype=torch.long)
+
+
+class TopLevel(nn.Module):
+    """A parameter outside every layer, read by glue code (as a ViT's position embedding),
+    and a forward argument with a default value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(WIDTH, WIDTH)
+        self.l2 = nn.Linear(WIDTH, WIDTH)
+        self.pos = nn.Parameter(torch.linspace(-1.0, 1.0, WIDTH))
+        self.head = nn.Linear(WIDTH, CLASSES)
+
+    def forward(self, x: torch.Tensor, scale: float = 2.0) -> torch.Tensor:
+        h = torch.tanh(self.l1(x)) + self.pos * scale
+        return self.head(torch.tanh(self.l2(h)) + self.pos)
+
+
+def top_level() -> tuple[nn.Module, tuple[int, ...]]:
+    return TopLevel(), (WIDTH,)

@@ -67,7 +67,7 @@ def check_same_training(plan: Plan, name: str) -> None:
     assert seen == set(grads)
 
 
-CUSTOM = ["skip", "reused", "tuple_dict", "tied_lm"]
+CUSTOM = ["skip", "reused", "tuple_dict", "tied_lm", "top_level"]
 
 
 @pytest.mark.parametrize("name", CUSTOM)

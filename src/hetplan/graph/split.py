@@ -169,7 +169,10 @@ def _stage_module(
     graph = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for node in inputs:
-        env[node] = graph.placeholder(node.name)
+        if k == 0 and node.op == "placeholder":  # keeps the forward's default values
+            env[node] = graph.node_copy(node)
+        else:
+            env[node] = graph.placeholder(node.name)
 
     def arg(n: fx.Node) -> fx.Node:
         if n not in env and n.op == "get_attr":

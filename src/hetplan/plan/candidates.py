@@ -249,8 +249,8 @@ def refine(ctx: Context, cand: Candidate) -> list[Candidate]:
 def equal_pipeline(ctx: Context, devices: Sequence[str]) -> Candidate:
     """Baseline: GPipe over the devices in cluster order with equal layer counts."""
     n = min(len(devices), len(ctx.graph.layers))
-    m = min(ctx.batch, 4 * n, max(n, MAX_MICROBATCHES))
-    micro = math.ceil(ctx.batch / m)
+    m = _divisor_at_least(ctx.batch, min(ctx.batch, 4 * n, max(n, MAX_MICROBATCHES)))
+    micro = ctx.batch // m
     names = ctx.layer_names
     bounds = equal_split(len(names), n)
     stages = [StagePlan(layers=names[i:j], devices=[devices[k]]) for k, (i, j) in enumerate(bounds)]

@@ -23,7 +23,7 @@ from hetplan.plan.candidates import dp_candidate, equal_pipeline, refine
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.explain import reasons
 from hetplan.plan.objective import Metrics, Objective, pareto_front
-from hetplan.plan.options import Progress, SearchOptions
+from hetplan.plan.options import RUNNABLE, Progress, SearchOptions
 from hetplan.plan.pricing import Pricing
 from hetplan.plan.screen import screen
 from hetplan.plan.types import ModelRef, Plan
@@ -210,6 +210,17 @@ def metrics_of(plan: Plan, pred: Prediction) -> Metrics:
     )
 
 
+def unrunnable(plan: Plan) -> str | None:
+    """Why ``hetplan train`` cannot run ``plan`` (mirrors ``run.layout.check_executable``)."""
+    if plan.strategy not in RUNNABLE or plan.tp != 1 or plan.sync != "bsp":
+        return f"{plan.strategy} (tp {plan.tp}, sync {plan.sync}) is not executable yet"
+    if plan.strategy != "dp":
+        for pipe in plan.pipelines:
+            if pipe.batch % plan.micro_batches:
+                return f"batch {pipe.batch} is not a multiple of {plan.micro_batches} micro-batches"
+    return None
+
+
 def _rank(
     simulated: Sequence[tuple[Candidate, Prediction, Metrics]],
     opts: SearchOptions,
@@ -234,7 +245,9 @@ def _rank(
     within = [
         r
         for r in ranked_all
-        if r.candidate.family in opts.families and not opts.limits.violations(r.metrics, iterations)
+        if r.candidate.family in opts.families
+        and not opts.limits.violations(r.metrics, iterations)
+        and not (opts.runnable_only and unrunnable(r.candidate.plan))
     ]
     front = pareto_front([(r.metrics.time_s, r.metrics.energy_j) for r in within])
     return Ranking(

@@ -125,6 +125,8 @@ class TieSync:
         """``entries``: (tie index, parameter name here, owned by this rank, other ranks)."""
         self.module = module
         self.entries = entries
+        self.group: Any = None
+        """Process group of the tie messages (set by the runtime: a group of their own)."""
         self._sends: list[Any] = []
 
     def _grad(self, name: str) -> torch.Tensor:
@@ -135,7 +137,7 @@ class TieSync:
         for i, name, owner, peers in self.entries:
             if not owner:
                 g = self._grad(name).clone()
-                self._sends.append(dist.isend(g, peers[0], tag=TIE_TAG + 2 * i))
+                self._sends.append(dist.isend(g, peers[0], self.group, TIE_TAG + 2 * i))
 
     def add_partials(self) -> bool:
         """Owner: before the last backward, add every later stage's partial gradient; True if
@@ -146,7 +148,7 @@ class TieSync:
                 g = self._grad(name)
                 for src in peers:
                     buf = torch.empty_like(g)
-                    dist.recv(buf, src, tag=TIE_TAG + 2 * i)
+                    dist.recv(buf, src, self.group, TIE_TAG + 2 * i)
                     g.add_(buf)
                 owns = True
         return owns
@@ -156,9 +158,11 @@ class TieSync:
         for i, name, owner, peers in self.entries:
             g = self._grad(name)
             if owner:
-                self._sends += [dist.isend(g, dst, tag=TIE_TAG + 2 * i + 1) for dst in peers]
+                self._sends += [
+                    dist.isend(g, dst, self.group, TIE_TAG + 2 * i + 1) for dst in peers
+                ]
             else:
-                dist.recv(g, peers[0], tag=TIE_TAG + 2 * i + 1)
+                dist.recv(g, peers[0], self.group, TIE_TAG + 2 * i + 1)
         for w in self._sends:
             w.wait()
         self._sends = []

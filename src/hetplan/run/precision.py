@@ -48,12 +48,12 @@ class LossScaler:
         """Divide the gradients by the scale; True if every rank's are finite (then step)."""
         if not self.enabled:
             return True
-        bad = torch.zeros(1)
-        for p in params:
-            if p.grad is not None:
-                p.grad.div_(self.scale)
-                if not bool(torch.isfinite(p.grad).all()):
-                    bad.fill_(1.0)
+        grads = [p.grad for p in params if p.grad is not None]
+        device = grads[0].device if grads else torch.device("cpu")
+        bad = torch.zeros(1, device=device)  # on the rank's device: NCCL reduces no CPU tensor
+        for g in grads:
+            g.div_(self.scale)
+            bad = torch.maximum(bad, (~torch.isfinite(g)).any().float().reshape(1))
         if dist.is_initialized():
             dist.all_reduce(bad, op=dist.ReduceOp.MAX, group=self.group)
         if float(bad) > 0:

@@ -46,6 +46,8 @@ class Groups:
         timeout = timedelta(seconds=timeout_s)
         self.world: Any = dist.new_group(list(range(world)), timeout=timeout)
         self.stage: Any = None
+        # Tied-weight messages travel apart from the pipeline's (NCCL matches by order).
+        self.ties: Any = dist.new_group(list(range(world)), timeout=timeout)
         if len(plan.pipelines) > 1:
             for ranks in stage_ranks(plan):
                 group = dist.new_group(ranks, timeout=timeout)
@@ -72,12 +74,18 @@ def stage_layers(plan: Plan, pipeline: int) -> list[list[str]]:
     return [list(st.layers) for st in plan.pipelines[pipeline].stages]
 
 
-def owned_params(model: nn.Module, stages: list[list[str]]) -> list[list[list[str]]]:
+def owned_params(
+    model: nn.Module, stages: list[list[str]], reads: list[list[str]]
+) -> list[list[list[str]]]:
     """Per stage and layer, the parameter FQNs the layer owns: trainable, in registration order,
-    a tensor shared by several layers owned by the first to run (the graph's rule)."""
+    a tensor shared by several layers owned by the first to run (the graph's rule). A parameter
+    outside every layer (read by glue code) belongs to the first layer of the first stage that
+    reads it (``reads[s]``: the FQNs stage ``s`` reads), as the graph counts it in a first
+    layer; that is also the owner of a weight tied across stages (:class:`TieSync`)."""
+    params = dict(model.named_parameters(remove_duplicate=False))
     seen: set[int] = set()
     out: list[list[list[str]]] = []
-    for layers in stages:
+    for layers, names in zip(stages, reads, strict=True):
         per_stage = []
         for layer in layers:
             mine = []
@@ -86,6 +94,11 @@ def owned_params(model: nn.Module, stages: list[list[str]]) -> list[list[list[st
                     seen.add(id(p))
                     mine.append(f"{layer}.{name}")
             per_stage.append(mine)
+        for name in names:
+            p = params.get(name)
+            if p is not None and p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                per_stage[0].append(name)
         out.append(per_stage)
     return out
 
@@ -101,7 +114,8 @@ def setup_rank(
     root = source.build_part(seed, device, names)
     split = split_program(root, stages)
     module = split.stages[role.stage].module.train()
-    owned = owned_params(meta, stages)
+    reads = [stage_state(meta, st.state_names) for st in meta_split.stages]
+    owned = owned_params(meta, stages, reads)
     sizes = [
         [[meta.get_parameter(n).numel() * 4 for n in layer] for layer in st] for st in owned
     ]  # 4 B: gradients of fp32 master weights, whatever the autocast dtype

@@ -58,6 +58,8 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     timeout_s = float(payload.get("collective_timeout_s", COLLECTIVE_TIMEOUT_S))
     groups = Groups(plan, ctx.rank, ctx.world_size, timeout_s)
     setup, _ = setup_rank(plan, role, source, seed, ctx.device)
+    if setup.ties is not None:
+        setup.ties.group = groups.ties
     dtype = plan.model.dtype
     micro = role.batch // plan.micro_batches
     io = exchange_templates(setup, source, micro, seed, ctx.device, dtype)
