@@ -4,6 +4,7 @@ the planner's screening, which must agree."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -253,3 +254,12 @@ def test_pipeline_cut_stays_low_precision(make_cluster: ClusterFactory) -> None:
     graph, clus = two_layers("bf16"), make_cluster([2])
     priced = _price(_plan(graph, clus, "gpipe", micro_batches=2), graph, clus)
     assert priced.pipes[0].cuts[0].nbytes == (CUT_FP32 // 2) * 4  # bf16, 4 samples each
+
+
+def test_a_tied_projection_keeps_a_cast_copy_of_the_shared_weight() -> None:
+    # The embedding owns the tied weight but has no matmul FLOPs; the output projection that
+    # multiplies by it keeps autocast's 2-byte copy of it.
+    emb, out = two_layers("bf16", flops=(0.0, 1.0)).layers
+    tied = dataclasses.replace(out, params=0, param_bytes=0, shared_params=1000)
+    assert cast_cache_bytes(emb, "bf16") == 0
+    assert cast_cache_bytes(tied, "bf16") == 2 * 1000

@@ -52,3 +52,11 @@ def test_skip_connection_crosses_every_cut() -> None:
     got, _ = _crossing_bytes(f"{MODELS}:skip", None)
     width = 8 * 4  # the input (8 fp32 features) travels with the activation to the add
     assert got == [2 * width, 2 * width, 8 * 4]
+
+
+def test_tied_output_projection_counts_its_shared_weight() -> None:
+    graph = build_graph(f"{MODELS}:tied_lm")
+    by_name = {layer.name: layer for layer in graph.layers}
+    vocab, width = 11, 8  # fidelity_models.VOCAB, WIDTH
+    assert by_name["emb"].params == vocab * width and by_name["emb"].shared_params == 0
+    assert by_name["out"].params == 0 and by_name["out"].shared_params == vocab * width

@@ -108,11 +108,12 @@ def grad_scale(dtype: str) -> float:
 
 
 def cast_cache_bytes(layer: LayerInfo, dtype: str) -> float:
-    """One autocast low-precision copy of ``layer``'s weights: ``AUTOCAST_CAST_BYTES`` per
-    parameter when mixed precision and the layer has matmul/conv FLOPs, else 0."""
+    """One autocast low-precision copy of the weights ``layer`` uses: ``AUTOCAST_CAST_BYTES``
+    per parameter (its own and tied ones another layer owns, e.g. GPT-2's output projection)
+    when mixed precision and the layer has matmul/conv FLOPs, else 0."""
     if not is_mixed_precision(dtype) or layer.fwd_flops <= 0:
         return 0.0
-    return float(layer.params * AUTOCAST_CAST_BYTES)
+    return float((layer.params + layer.shared_params) * AUTOCAST_CAST_BYTES)
 
 
 def grad_tensor_bytes(layers: Sequence[LayerInfo], dtype: str) -> list[tuple[int, ...]]:

@@ -180,8 +180,8 @@ def _assemble(
         notes.append(f"never executed, left out: {', '.join(skipped)}")
     owned = _param_owners(module, [m for _, m in ran], notes)
     layers = tuple(
-        _layer_info(name, stats, owned[i], batch)
-        for i, ((name, _), stats) in enumerate(zip(ran, state.stats, strict=False))
+        _layer_info(name, stats, owned[i], batch, _shared(mod, owned[i]))
+        for i, ((name, mod), stats) in enumerate(zip(ran, state.stats, strict=False))
     )
     return ModelGraph(
         name=built.name,
@@ -213,10 +213,19 @@ def _param_owners(
     return owned
 
 
-def _layer_info(name: str, st: LayerStats, params: list[torch.Tensor], batch: int) -> LayerInfo:
+def _shared(module: nn.Module, owned: list[torch.Tensor]) -> int:
+    """Parameters ``module`` uses that another layer owns (tied weights)."""
+    mine = {id(p) for p in owned}
+    return sum(p.numel() for p in module.parameters() if p.requires_grad and id(p) not in mine)
+
+
+def _layer_info(
+    name: str, st: LayerStats, params: list[torch.Tensor], batch: int, shared: int = 0
+) -> LayerInfo:
     sizes = tuple(p.numel() * p.element_size() for p in params)
     return LayerInfo(
         name=name,
+        shared_params=shared,
         fwd_flops=st.fwd_flops / batch,
         bwd_flops=st.bwd_flops / batch,
         fwd_conv_flops=st.fwd_conv_flops / batch,

@@ -24,6 +24,8 @@ class LayerInfo:
     """Backward FLOPs per sample (input and weight gradients)."""
     params: int
     """Trainable parameters owned by the layer."""
+    shared_params: int = 0
+    """Trainable parameters the layer uses but an earlier layer owns (a tied weight)."""
     param_bytes: int
     """Bytes of those parameters in the model dtype."""
     param_tensor_bytes: tuple[int, ...] = ()
