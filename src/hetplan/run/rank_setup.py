@@ -105,7 +105,7 @@ def owned_params(
 
 def setup_rank(
     plan: Plan, role: RankRole, source: ModelSource, seed: int, device: str
-) -> tuple[RankSetup, SplitProgram]:
+) -> RankSetup:
     """Build the rank's stage and actions (no communication yet)."""
     stages = stage_layers(plan, role.pipeline)
     meta = source.build_meta()
@@ -123,17 +123,14 @@ def setup_rank(
     actions = device_actions(schedule, role.device)
     layer_params = [[module.get_parameter(n) for n in layer] for layer in owned[role.stage]]
     io = _io(plan, role)
-    return (
-        RankSetup(
-            module=module,
-            io=io,
-            actions=actions,
-            layer_params=layer_params,
-            ties=_ties(plan, role, split, module),
-            canonical=canonical_names(meta),
-            held_bytes=held_bytes(root),
-        ),
-        split,
+    return RankSetup(
+        module=module,
+        io=io,
+        actions=actions,
+        layer_params=layer_params,
+        ties=_ties(plan, role, split, module),
+        canonical=canonical_names(meta),
+        held_bytes=held_bytes(root),
     )
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +56,7 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     role = roles[ctx.rank]
     timeout_s = float(payload.get("collective_timeout_s", COLLECTIVE_TIMEOUT_S))
     groups = Groups(plan, ctx.rank, ctx.world_size, timeout_s)
-    setup, _ = setup_rank(plan, role, source, seed, ctx.device)
+    setup = setup_rank(plan, role, source, seed, ctx.device)
     if setup.ties is not None:
         setup.ties.group = groups.ties
     dtype = plan.model.dtype
@@ -124,12 +123,6 @@ def _record_step(out: dict[str, Any], executor: Executor) -> None:
     # :func:`hetplan.run.measure.summarize`; one host shares one monotonic clock).
     out["actions"] = [list(t) for t in trace]
     out["last_step_start"] = executor.step_start
-
-
-def _now(device: str) -> float:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return time.perf_counter()
 
 
 def train_and_gather(ctx: RankContext, payload: dict[str, Any]) -> list[Any] | None:
