@@ -102,15 +102,15 @@ def gantt_chart(
     title: str,
 ) -> Path:
     """Simulated (left) and measured (right) timelines of one plan on a shared time axis."""
-    fig, axes = plt.subplots(1, 2, figsize=(12, 1.2 + 0.6 * len(lanes)), sharex=True,
+    fig, axes = plt.subplots(1, 2, figsize=(12, 1.8 + 0.6 * len(lanes)), sharex=True,
                              sharey=True)  # fmt: skip
     _draw_lanes(axes[0], simulated, lanes, "simulated")
     _draw_lanes(axes[1], measured, lanes, "executed (runtime trace, last timed step)")
     handles = [Rectangle((0, 0), 1, 1, color=c) for c in KIND_COLORS.values()]
-    fig.legend(handles, list(KIND_COLORS), loc="lower center", fontsize=8, ncol=len(KIND_COLORS))
-    fig.subplots_adjust(bottom=0.3)
+    fig.legend(handles, list(KIND_COLORS), loc="lower center", fontsize=8, ncol=len(KIND_COLORS),
+               bbox_to_anchor=(0.5, 0.0))  # fmt: skip
     fig.suptitle(title, fontsize=10, x=0.02, ha="left")
-    return _save(fig, path)
+    return _save(fig, path, rect=(0, 0.1, 1, 0.95))
 
 
 def pareto_chart(points: Sequence[tuple[float, float, bool]], path: Path, *, title: str) -> Path:
@@ -129,9 +129,10 @@ def pareto_chart(points: Sequence[tuple[float, float, bool]], path: Path, *, tit
     return _save(fig, path)
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def _save(fig: Figure, path: Path, rect: tuple[float, float, float, float] | None = None) -> Path:
+    """Write ``fig``; ``rect``: the part of the figure the axes may use (room for a legend)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
