@@ -25,12 +25,7 @@ from hetplan.graph.meta import build_on_meta
 from hetplan.graph.split import execution_order
 from hetplan.plan.types import ModelRef
 from hetplan.run.materialize import record
-
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-}
+from hetplan.run.precision import PRECISIONS
 
 
 class ModelSource(Protocol):
@@ -97,7 +92,6 @@ class ZooSource:
 
     name: str
     dataset: str | None = None
-    dtype: str = "fp32"
 
     def _built(self) -> Any:
         return resolve_model(self.name, self.dataset)
@@ -129,9 +123,9 @@ class ZooSource:
 
 def source_for(model: ModelRef) -> ZooSource:
     """The source of a plan's model."""
-    if model.dtype not in DTYPES:
-        raise InputError(f"model.dtype: {model.dtype!r} is not one of {', '.join(DTYPES)}")
-    return ZooSource(name=model.name, dataset=model.dataset, dtype=model.dtype)
+    if model.dtype not in PRECISIONS:
+        raise InputError(f"model.dtype: {model.dtype!r} is not one of {', '.join(PRECISIONS)}")
+    return ZooSource(name=model.name, dataset=model.dataset)  # precision: the plan's
 
 
 def build_meta_by_build(source: ModelSource) -> nn.Module:
