@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,6 +14,7 @@ from rich.table import Table
 
 from hetplan.bench.runner import comparable_memory
 from hetplan.cli.output import console, print_json
+from hetplan.cli.progress_view import ProgressLine
 from hetplan.cli.train_view import trace_chart
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
@@ -28,7 +31,15 @@ from hetplan.run.measure import (
 )
 from hetplan.run.model import source_for
 from hetplan.run.precision import PRECISIONS
-from hetplan.run.train import check_plan, measure_plan, predict_plan
+from hetplan.run.steplog import merge
+from hetplan.run.train import (
+    Training,
+    check_plan,
+    check_training,
+    measure_plan,
+    predict_plan,
+    with_energy,
+)
 from hetplan.serde import load_file, to_data
 from hetplan.units import fmt_bytes, fmt_seconds
 
@@ -62,8 +73,28 @@ def _print(m: Measurement, path: Path, chart: Path | None) -> None:
         f"peak mem: {m.ranks[0].memory_source} of the first step; pred mem: predicted without the "
         "framework allowance (error)"
     )
-    console.print(f"losses (global-batch mean per step): {', '.join(f'{x:.4f}' for x in m.loss)}")
+    if m.energy_j_per_iteration is not None:
+        pred = m.predicted_energy_j_per_iteration
+        vs = f"; predicted {pred:.3g} J" if pred is not None else ""
+        console.print(
+            f"energy per iteration {m.energy_j_per_iteration:.3g} J, {m.energy_source}{vs} "
+            "(plan devices only; devices the plan leaves out are not counted)"
+        )
+    first = m.first_step
+    console.print(
+        f"losses (global-batch mean, steps {first}..{first + len(m.loss) - 1}): {_losses(m.loss)}"
+    )
+    if m.checkpoint is not None:
+        console.print(f"checkpoint {m.checkpoint} (resume with --resume)")
     console.print(f"saved {path}" + (f" and {chart}" if chart is not None else ""))
+
+
+def _losses(losses: list[float], keep: int = 8) -> str:
+    """Every loss, or the first and last few of a long run."""
+    text = [f"{x:.4f}" for x in losses]
+    if len(text) > 2 * keep:
+        text = [*text[: keep // 2], "...", *text[-keep:]]
+    return ", ".join(text)
 
 
 def _pred_mem(r: Any) -> str:
@@ -84,6 +115,11 @@ def _json(m: Measurement, path: Path, chart: Path | None) -> dict[str, Any]:
         "steps": m.steps,
         "warmup": m.warmup,
         "losses": m.loss,
+        "first_step": m.first_step,
+        "energy_j_per_iteration": m.energy_j_per_iteration,
+        "predicted_energy_j_per_iteration": m.predicted_energy_j_per_iteration,
+        "energy_source": m.energy_source,
+        "checkpoint": m.checkpoint,
         "ranks": [{**to_data(r), "memory_error": memory_error(r)} for r in m.ranks],
         "file": str(path),
         "trace_chart": None if chart is None else str(chart),
@@ -94,8 +130,8 @@ def _json(m: Measurement, path: Path, chart: Path | None) -> dict[str, Any]:
 def train_cmd(
     plan_file: Annotated[Path, typer.Argument(help="Plan file (JSON), as written by plan.")],
     cluster: Annotated[Path, typer.Option("--cluster", help="Cluster file (YAML or JSON).")],
-    steps: Annotated[int, typer.Option(help="Timed steps.")] = 10,
-    warmup: Annotated[int, typer.Option(help="Warm-up steps, not timed.")] = 3,
+    steps: Annotated[int, typer.Option(help="Timed training steps (after the warm-up).")] = 10,
+    warmup: Annotated[int, typer.Option(help="Warm-up steps: they train but are not timed.")] = 3,
     out: Annotated[Path | None, typer.Option(help="Measurement file (JSON).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the run is killed.")] = 600.0,
     print_commands: Annotated[
@@ -109,10 +145,29 @@ def train_cmd(
             "autocast over fp32 master weights (fp16 adds a loss scaler)."
         ),
     ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option(
+            help="Train on your data: FILE.py:fn or package.module:fn returning a Dataset "
+            "(map-style or iterable) or (dataset, loss_fn). Default: synthetic batches."
+        ),
+    ] = None,
+    checkpoint: Annotated[
+        Path | None, typer.Option(help="Write checkpoints to this directory (one at the end).")
+    ] = None,
+    checkpoint_every: Annotated[
+        int, typer.Option(help="Also checkpoint every this many steps (0: only at the end).")
+    ] = 0,
+    resume: Annotated[
+        Path | None,
+        typer.Option(help="Start from a checkpoint (a step folder, or a --checkpoint directory)."),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of initial weights and data order.")] = 0,
 ) -> None:
-    """Run a plan for real with torch.distributed; print measured vs predicted iteration time,
-    peak memory per rank, the loss of every step, and draw the executed against the simulated
-    timeline."""
+    """Run a plan for real with torch.distributed: train on synthetic batches or your data,
+    checkpoint and resume (under any plan); print measured vs predicted iteration time, energy,
+    peak memory per rank and the loss of every step; draw the executed against the simulated
+    timeline; log every step as JSON lines next to the measurement."""
     plan = load_file(Plan, plan_file)
     if dtype is not None:
         if dtype not in PRECISIONS:
@@ -127,29 +182,64 @@ def train_cmd(
         for line in cmds:
             typer.echo(line)
         return
+    path = out or default_path(plan)
+    check_output(path, "--out")
     check_plan(plan, clus, source_for(plan.model))
-    try:
-        measured = measure_plan(plan, clus, steps=steps, warmup=warmup, timeout_s=timeout)
-    except RunError as err:  # the failed rank's traceback, then the one-line error
-        if err.details:
-            typer.echo(err.details.rstrip(), err=True)
-        raise
+    with tempfile.TemporaryDirectory(prefix="hetplan-steps-") as logs:
+        training = Training(
+            data=data,
+            resume=resume,
+            checkpoint_dir=checkpoint,
+            checkpoint_every=checkpoint_every,
+            log_dir=Path(logs),
+        )
+        check_training(plan, training)
+        with ProgressLine(
+            Path(logs), len(plan.devices), steps + warmup, enabled=not as_json
+        ) as bar:
+            try:
+                measured = measure_plan(
+                    plan, clus, steps=steps, warmup=warmup, timeout_s=timeout,
+                    training=training, on_tick=bar.poll, seed=seed,
+                )  # fmt: skip
+            except RunError as err:  # the failed rank's traceback, then the one-line error
+                if err.details:
+                    typer.echo(err.details.rstrip(), err=True)
+                raise
+        step_log = steps_path(path)
+        merge(Path(logs), len(plan.devices), step_log)
+    measured = with_energy(measured, clus)
     prediction, source = predict_plan(plan, clus)
     chart = None
-    path = out or default_path(plan)
     if prediction is not None:
         measured = with_prediction(measured, prediction.iteration_time_s, source)
         memory = comparable_memory(prediction)
         measured = with_predicted_memory(measured, memory)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        measured.predicted_energy_j_per_iteration = prediction.energy_j_per_iteration
         chart = trace_chart(measured, prediction.timeline, path.with_suffix(".gantt.png"))
     else:
         measured = with_prediction(measured, None, source)
     path = save_measurement(measured, path)
     if as_json:
-        print_json(_json(measured, path, chart))
+        print_json(_json(measured, path, chart) | {"step_log": str(step_log)})
     else:
         _print(measured, path, chart)
+        console.print(f"step log: {step_log}")
+
+
+def steps_path(measurement: Path) -> Path:
+    """The JSON-lines step log beside a measurement file."""
+    return measurement.with_suffix(".steps.jsonl")
+
+
+def check_output(path: Path, option: str) -> None:
+    """InputError before any work when ``path`` cannot be written (its folder is created)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise InputError(f"{option} {path}: cannot create its folder ({err.strerror})") from None
+    if path.is_dir() or not os.access(path.parent, os.W_OK):
+        raise InputError(f"{option} {path}: not a writable file path")
 
 
 def register(app: typer.Typer) -> None:

@@ -48,6 +48,15 @@ def resolve_model(name: str, dataset: str | None = None) -> BuiltModel:
             f"unknown model {name!r}{hint}; expected a zoo name (see `hetplan models`), "
             "path/to/file.py:function or package.module:function"
         )
+    return _custom(name, load_function(name), dataset)
+
+
+def load_function(ref: str) -> Callable[..., Any]:
+    """The function named by ``path/to/file.py:fn`` or ``package.module:fn``; ModelError (an
+    InputError) naming the reference otherwise."""
+    where, colon, fn_name = ref.rpartition(":")
+    if not colon or not where or not fn_name:
+        raise ModelError(f"{ref!r}: expected path/to/file.py:function or package.module:function")
     is_file = where.endswith(".py") or "/" in where or "\\" in where
     module = _load_file(where) if is_file else _import(where)
     fn = getattr(module, fn_name, None)
@@ -56,7 +65,7 @@ def resolve_model(name: str, dataset: str | None = None) -> BuiltModel:
         raise ModelError(
             f"{where}: no function {fn_name!r} (callables there: {', '.join(found[:10]) or 'none'})"
         )
-    return _custom(name, fn, dataset)
+    return fn  # type: ignore[no-any-return]
 
 
 def _load_file(path: str) -> ModuleType:

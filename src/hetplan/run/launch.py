@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
@@ -30,6 +30,7 @@ SPEC_FILE = "spec.pkl"
 LOG_FILE = "agent.log"
 LOG_TAIL_CHARS = 4000  # characters of the agent's log kept in RunError.details
 KILL_WAIT_S = 10.0  # seconds to wait for killed processes to be gone
+TICK_S = 0.2  # seconds between progress polls
 
 
 class RunError(HetplanError):
@@ -104,12 +105,15 @@ def launch_local(
     cpus: Sequence[tuple[int, ...] | None] | None = None,
     timeout_s: float = 300.0,
     rdzv_timeout_s: float = 30.0,
+    on_tick: Callable[[], None] | None = None,
 ) -> list[Any]:
     """Run ``entry(ctx, payload)`` in ``world_size`` local ranks; return their results by rank.
 
     ``cpus[r]`` pins rank ``r`` to those cores (``os.sched_setaffinity``) with as many intra-op
     threads. ``rdzv_timeout_s`` bounds the joining of the process group (a rank that never
     joins) and is the default group's collective timeout; ``timeout_s`` bounds the whole run.
+    ``on_tick`` is called every ``TICK_S`` seconds while the run goes (to show its progress);
+    an exception it raises is ignored.
     Raises RunError naming the failed rank and the cause; no process of the run survives it.
     """
     if world_size < 1:
@@ -131,7 +135,7 @@ def launch_local(
     with tempfile.TemporaryDirectory(prefix="hetplan-run-") as tmp:
         folder = Path(tmp)
         (folder / SPEC_FILE).write_bytes(pickle.dumps(spec))
-        _run_agent(folder, timeout_s)
+        _run_agent(folder, timeout_s, on_tick)
         return _read_result(folder)
 
 
@@ -146,7 +150,7 @@ def _check_cpus(cpus: list[tuple[int, ...] | None]) -> None:
             )
 
 
-def _run_agent(folder: Path, timeout_s: float) -> None:
+def _run_agent(folder: Path, timeout_s: float, on_tick: Callable[[], None] | None) -> None:
     env = dict(os.environ)
     # Ranks import the entry the way the caller does (tests, user modules).
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -160,7 +164,7 @@ def _run_agent(folder: Path, timeout_s: float) -> None:
             start_new_session=True,
         )
         try:
-            proc.wait(timeout=timeout_s)
+            _wait(proc, timeout_s, on_tick)
         except subprocess.TimeoutExpired:
             _kill_session(proc)
             raise RunError(
@@ -169,6 +173,26 @@ def _run_agent(folder: Path, timeout_s: float) -> None:
             ) from None
         finally:
             _kill_session(proc)
+
+
+def _wait(
+    proc: subprocess.Popen[bytes], timeout_s: float, on_tick: Callable[[], None] | None
+) -> None:
+    """``proc.wait(timeout=timeout_s)``, calling ``on_tick`` every ``TICK_S`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            proc.wait(timeout=max(0.0, min(TICK_S, remaining)))
+            return
+        except subprocess.TimeoutExpired:
+            if remaining <= TICK_S:
+                raise
+        if on_tick is not None:
+            # The tick only shows progress: a failure of it must not end the run (and with
+            # it the ranks' work); the run's own errors are raised from its result.
+            with contextlib.suppress(Exception):
+                on_tick()
 
 
 def _kill_session(proc: subprocess.Popen[bytes]) -> None:

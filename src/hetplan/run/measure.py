@@ -87,6 +87,18 @@ class Measurement:
     prediction_source: str = ""
     """What the prediction used (compute model), or why there is none."""
     notes: list[str] = field(default_factory=list)
+    first_step: int = 0
+    """Global index of the run's first step (a resumed run starts at its checkpoint's)."""
+    stopped: str | None = None
+    """Why a trial ended before its last step (None: it ran every step)."""
+    checkpoint: str | None = None
+    """The checkpoint written at the end of the run, if any."""
+    energy_j_per_iteration: float | None = None
+    """Median over timed steps of the energy of one iteration, joules (all plan devices)."""
+    predicted_energy_j_per_iteration: float | None = None
+    """The prediction's energy per iteration (plan devices only), joules."""
+    energy_source: str = ""
+    """``measured (nvml)``, ``measured (rapl)`` or ``modelled (...)``: how the energy was got."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -113,7 +125,31 @@ def summarize(
         iteration_s=iteration,
         loss=loss,
         ranks=[_rank_figures(r, warmup, _origin(raw)) for r in raw],
+        first_step=int(raw[0].get("first_step", 0)),
+        stopped=raw[0].get("stopped"),
+        checkpoint=next((r["checkpoint"] for r in raw if r.get("checkpoint")), None),
+        **_measured_energy(raw, warmup),
     )
+
+
+def _measured_energy(raw: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """Energy per iteration where meters covered every device: each GPU rank its own (NVML),
+    CPU ranks one package reading per node (RAPL, local rank 0). Empty otherwise."""
+    gpu = [r for r in raw if str(r.get("device_kind", "")).startswith("cuda")]
+    metered = [r for r in raw if r.get("energy_j")]
+    if not metered or any(not r.get("energy_j") for r in gpu):
+        return {}
+    if len(metered) == len(gpu) and len(gpu) < len(raw):  # CPU ranks without a package meter
+        return {}
+    total = len(metered[0]["energy_j"])
+    per_step = [sum(r["energy_j"][i] for r in metered) for i in range(warmup, total)]
+    if not per_step:
+        return {}
+    sources = sorted({str(r["energy_source"]) for r in metered})
+    return {
+        "energy_j_per_iteration": statistics.median(per_step),
+        "energy_source": f"measured ({', '.join(sources)})",
+    }
 
 
 def _origin(raw: list[dict[str, Any]]) -> float:

@@ -48,6 +48,9 @@ class Groups:
         self.stage: Any = None
         # Tied-weight messages travel apart from the pipeline's (NCCL matches by order).
         self.ties: Any = dist.new_group(list(range(world)), timeout=timeout)
+        # Control messages (checkpoint planning, trial decisions) are small CPU objects: gloo
+        # carries them whatever the training backend.
+        self.control: Any = dist.new_group(list(range(world)), timeout=timeout, backend="gloo")
         if len(plan.pipelines) > 1:
             for ranks in stage_ranks(plan):
                 group = dist.new_group(ranks, timeout=timeout)
@@ -199,15 +202,13 @@ def _preserved(module: nn.Module) -> Iterator[None]:
             torch.cuda.set_rng_state_all(cuda)
 
 
-def exchange_templates(
-    setup: RankSetup, source: ModelSource, micro: int, seed: int, device: str, dtype: str
-) -> StageIO:
-    """Describe the values crossing each cut with one real micro-batch, stage after stage."""
+def exchange_templates(setup: RankSetup, sample: Any, device: str, dtype: str) -> StageIO:
+    """Describe the values crossing each cut with one real micro-batch (``sample``: the first
+    stage's input), run stage after stage."""
     io = setup.io
     tin = None
     if io.first:
-        x, _ = source.batch(micro, seed, device)
-        args: tuple[Any, ...] = (x,)
+        args: tuple[Any, ...] = (sample,)
     else:
         assert io.prev_rank is not None
         got: list[Any] = [None]

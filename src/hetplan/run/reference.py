@@ -9,52 +9,59 @@ the network's definition, and for all others this equals one pass over the globa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from hetplan.plan.types import Plan
-from hetplan.run.model import ModelSource, data_seed
+from hetplan.run.checkpoint import CheckpointInfo, load_checkpoint
+from hetplan.run.data import make_feed
+from hetplan.run.model import ModelSource, canonical_names
 from hetplan.run.precision import LossScaler, autocast
 
 
-def global_batch(
-    plan: Plan, source: ModelSource, seed: int, step: int, device: str = "cpu"
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The global batch of ``step``: every pipeline's samples, in pipeline order."""
-    parts = [
-        source.batch(pipe.batch, data_seed(seed, step, p), device)
-        for p, pipe in enumerate(plan.pipelines)
-    ]
-    return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
-
-
 def reference_run(
-    plan: Plan, source: ModelSource, seed: int = 0, steps: int = 1
+    plan: Plan,
+    source: ModelSource,
+    seed: int = 0,
+    steps: int = 1,
+    *,
+    data: str | None = None,
+    resume: Path | None = None,
 ) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """(global-batch mean loss of every step, every parameter's gradient at step 0)."""
+    """(global-batch mean loss of every step, every parameter's gradient at the first step),
+    from the start or from checkpoint folder ``resume``, on synthetic data or ``data``."""
     from hetplan.run.worker import make_optimizer  # noqa: PLC0415 (worker imports this module)
 
     model = source.build(seed, "cpu")
     optimizer = make_optimizer(plan.optimizer, list(model.parameters()))
     scaler = LossScaler(plan.model.dtype == "fp16")
+    start = CheckpointInfo(step=0, position=0, seed=seed, model="", optimizer="")
+    if resume is not None:
+        start = load_checkpoint(resume, model, optimizer, canonical_names(model))
+        scaler.scale = start.loss_scale if scaler.enabled else 1.0
+    feed = make_feed(
+        plan, source, data=data, seed=seed, start_step=start.step, start_position=start.position
+    )
     losses: list[float] = []
     grads: dict[str, torch.Tensor] = {}
-    for step in range(steps):
+    for step in range(start.step, start.step + steps):
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
-        for p, pipe in enumerate(plan.pipelines):
-            x, y = source.batch(pipe.batch, data_seed(seed, step, p), "cpu")
+        for p in range(len(plan.pipelines)):
+            x, y = feed.batch(step, p, "cpu")
             for xs, ys in zip(
                 torch.tensor_split(x, plan.micro_batches),
                 torch.tensor_split(y, plan.micro_batches),
                 strict=True,
             ):
                 with autocast("cpu", plan.model.dtype):
-                    loss = source.loss(model(xs), ys) * (xs.shape[0] / plan.global_batch)
+                    loss = feed.loss(model(xs), ys) * (xs.shape[0] / plan.global_batch)
                 (loss.float() * scaler.scale).backward()
                 total += float(loss.detach())
         losses.append(total)
         finite = scaler.unscale_and_check(list(model.parameters()))
-        if step == 0:
+        if step == start.step:
             grads = {
                 n: p.grad.detach().clone()
                 for n, p in model.named_parameters()

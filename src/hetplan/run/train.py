@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.graph.split import split_program
 from hetplan.plan.types import Plan
+from hetplan.run.checkpoint import find_checkpoint, read_info
+from hetplan.run.data import load_data
+from hetplan.run.energy import modelled_energy_j
 from hetplan.run.launch import launch_local
 from hetplan.run.layout import check_executable
 from hetplan.run.measure import Measurement, summarize
 from hetplan.run.model import ModelSource, layer_names, source_for
+from hetplan.run.trial import StopRule
 
 ENTRY = "hetplan.run.worker:train_rank"
 
@@ -33,6 +40,65 @@ def check_plan(plan: Plan, cluster: Cluster | None, source: ModelSource) -> None
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class Training:
+    """What a run does besides executing the plan: its data, where it starts, what it keeps."""
+
+    data: str | None = None
+    """Data function (``file.py:fn`` / ``pkg.mod:fn``); None: synthetic batches."""
+    resume: Path | None = None
+    """Checkpoint folder, or a directory of them (its ``latest``), to start from."""
+    checkpoint_dir: Path | None = None
+    """Where to write checkpoints (always one at the end of the run)."""
+    checkpoint_every: int = 0
+    """Also every this many steps (0: only at the end)."""
+    log_dir: Path | None = None
+    """Where ranks write their per-step JSON lines (:mod:`hetplan.run.steplog`)."""
+    trial: StopRule | None = None
+    """Stop early by this rule (``hetplan tune``'s trials)."""
+
+
+def check_training(plan: Plan, training: Training) -> Path | None:
+    """InputError for bad data, resume or checkpoint settings, before any process starts;
+    returns the checkpoint folder to resume from."""
+    if training.data is not None:
+        load_data(training.data)
+    if training.checkpoint_every < 0:
+        raise InputError(f"--checkpoint-every must be >= 0 (got {training.checkpoint_every})")
+    if training.checkpoint_dir is not None:
+        _check_writable(training.checkpoint_dir, "--checkpoint")
+    if training.resume is None:
+        return None
+    folder = find_checkpoint(training.resume)
+    info = read_info(folder)
+    if info.model != plan.model.name:
+        raise InputError(
+            f"--resume {training.resume}: the checkpoint is of model {info.model!r}, "
+            f"the plan trains {plan.model.name!r}"
+        )
+    if info.optimizer != plan.optimizer:
+        raise InputError(
+            f"--resume {training.resume}: the checkpoint's optimizer is {info.optimizer}, "
+            f"the plan's {plan.optimizer} (their states differ)"
+        )
+    if info.data != training.data:
+        raise InputError(
+            f"--resume {training.resume}: the checkpoint was trained on "
+            f"{info.data or 'synthetic data'}, this run on {training.data or 'synthetic data'}"
+        )
+    return folder
+
+
+def _check_writable(folder: Path, option: str) -> None:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".hetplan-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise InputError(f"{option} {folder}: not a writable directory ({err.strerror})") from None
+
+
 def run_plan(
     plan: Plan,
     *,
@@ -44,18 +110,23 @@ def run_plan(
     return_grads: bool = False,
     timeout_s: float = 600.0,
     rdzv_timeout_s: float = 30.0,
+    training: Training | None = None,
+    on_tick: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run ``warmup + steps`` steps of ``plan``; every rank's raw result, by rank.
+    """Run ``warmup + steps`` steps of ``plan`` (every one a training step; the first
+    ``warmup`` are not timed); every rank's raw result, by rank.
 
     Rank r runs on plan device r (pipeline then stage order), pinned to its ``cpus`` when the
-    cluster gives them.
+    cluster gives them. ``on_tick`` is called about every 0.2 s while the run goes on.
     """
     src = source if source is not None else source_for(plan.model)
+    train = training or Training()
     check_plan(plan, cluster, src)
     if steps < 1 or warmup < 0:
         raise InputError(f"steps ({steps}) must be >= 1 and warmup ({warmup}) >= 0")
     if timeout_s <= 0:
         raise InputError(f"--timeout must be > 0 seconds (got {timeout_s:g})")
+    resume = check_training(plan, train)
     cpus = [cluster.device(d).cpus for d in plan.devices] if cluster is not None else None
     payload = {
         "plan": plan,
@@ -64,6 +135,12 @@ def run_plan(
         "warmup": warmup,
         "seed": seed,
         "return_grads": return_grads,
+        "data": train.data,
+        "resume": None if resume is None else str(resume),
+        "checkpoint_dir": None if train.checkpoint_dir is None else str(train.checkpoint_dir),
+        "checkpoint_every": train.checkpoint_every,
+        "log_dir": None if train.log_dir is None else str(train.log_dir),
+        "trial": train.trial,
     }
     return launch_local(
         ENTRY,
@@ -72,6 +149,7 @@ def run_plan(
         cpus=cpus,
         timeout_s=timeout_s,
         rdzv_timeout_s=rdzv_timeout_s,
+        on_tick=on_tick,
     )
 
 
@@ -83,10 +161,21 @@ def measure_plan(
     steps: int = 10,
     warmup: int = 3,
     timeout_s: float = 600.0,
+    training: Training | None = None,
+    on_tick: Callable[[], None] | None = None,
+    seed: int = 0,
 ) -> Measurement:
     """Run ``plan`` on ``cluster``'s local devices and summarise the timed steps."""
     raw = run_plan(
-        plan, cluster=cluster, source=source, steps=steps, warmup=warmup, timeout_s=timeout_s
+        plan,
+        cluster=cluster,
+        source=source,
+        steps=steps,
+        warmup=warmup,
+        timeout_s=timeout_s,
+        training=training,
+        on_tick=on_tick,
+        seed=seed,
     )
     return summarize(plan, raw, warmup=warmup, cluster=cluster.name)
 
@@ -109,3 +198,21 @@ def predict_plan(plan: Plan, cluster: Cluster) -> tuple[Any | None, str]:
     compute: Any = MeasuredCompute(profiles) if profiles else AnalyticalCompute(plan.model.dtype)
     kind = f"measured profiles ({len(profiles)})" if profiles else "analytical compute model"
     return predict(plan, graph, cluster, compute), kind
+
+
+def with_energy(m: Measurement, cluster: Cluster) -> Measurement:
+    """``m`` with its energy per iteration: as measured by the meters where they covered every
+    device, else modelled from each rank's measured busy time by the utilisation power model
+    (the cluster's idle and max watts per device type)."""
+    if m.energy_j_per_iteration is not None:
+        return m
+    span = m.measured_iteration_s
+    if span <= 0:
+        return m
+    total = 0.0
+    for r in m.ranks:
+        busy = min(r.forward_s + r.backward_s + r.optimizer_s, span)
+        total += modelled_energy_j(cluster.device(r.device).type, busy, span)
+    m.energy_j_per_iteration = total
+    m.energy_source = "modelled (utilisation power model over measured busy time)"
+    return m

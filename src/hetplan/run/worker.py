@@ -19,14 +19,19 @@ from torch import nn
 from hetplan.cluster import load_cluster
 from hetplan.plan.types import Plan
 from hetplan.run._rank import rank_main
+from hetplan.run.checkpoint import CheckpointInfo, load_checkpoint, save_checkpoint, step_seed
+from hetplan.run.data import DatasetFeed, Feed, make_feed
+from hetplan.run.energy import EnergyMeter, meter_for
 from hetplan.run.executor import Executor
 from hetplan.run.launch import RankContext, default_backend
 from hetplan.run.layout import RankRole, rank_roles
 from hetplan.run.measure import default_path, save_measurement, summarize
 from hetplan.run.memory import measure_step_memory
-from hetplan.run.model import ModelSource, data_seed, source_for
+from hetplan.run.model import ModelSource, source_for
 from hetplan.run.precision import LossScaler
-from hetplan.run.rank_setup import Groups, bucket_sync, exchange_templates, setup_rank
+from hetplan.run.rank_setup import Groups, RankSetup, bucket_sync, exchange_templates, setup_rank
+from hetplan.run.steplog import StepLogWriter
+from hetplan.run.trial import StopRule
 from hetplan.serde import load_file
 
 # Learning rates of the optimizers. The runtime measures speed, not convergence: any fixed,
@@ -45,11 +50,16 @@ def make_optimizer(name: str, params: list[nn.Parameter]) -> torch.optim.Optimiz
 
 
 def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
-    """Run this rank's part of ``payload['plan']``; return its timings (and step-0 grads)."""
+    """Run this rank's part of ``payload['plan']``; return its timings (and step-0 grads).
+
+    Payload keys: ``plan``, ``source``, ``seed``, ``steps``, ``warmup``, and optionally ``data``
+    (a data function reference), ``resume`` (a checkpoint folder), ``checkpoint_dir`` with
+    ``checkpoint_every`` (0: only at the end), ``log_dir`` (per-step JSON lines), ``trial``
+    (a :class:`~hetplan.run.trial.StopRule`) and ``return_grads``.
+    """
     plan: Plan = payload["plan"]
     source: ModelSource = payload["source"]
     seed = int(payload.get("seed", 0))
-    steps = int(payload.get("steps", 1)) + int(payload.get("warmup", 0))
     roles = rank_roles(plan)
     if len(roles) != ctx.world_size:
         raise RuntimeError(f"plan has {len(roles)} ranks but the world has {ctx.world_size}")
@@ -59,11 +69,25 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     setup = setup_rank(plan, role, source, seed, ctx.device)
     if setup.ties is not None:
         setup.ties.group = groups.ties
-    dtype = plan.model.dtype
-    micro = role.batch // plan.micro_batches
-    io = exchange_templates(setup, source, micro, seed, ctx.device, dtype)
     module = setup.module
     optimizer = make_optimizer(plan.optimizer, [p for p in module.parameters() if p.requires_grad])
+    start = _resume(payload, setup, optimizer, groups, seed)
+    feed = make_feed(
+        plan,
+        source,
+        data=payload.get("data"),
+        seed=seed,
+        start_step=start.step,
+        start_position=start.position,
+    )
+    dtype = plan.model.dtype
+    micro = role.batch // plan.micro_batches
+    sample = None
+    if role.stage == 0:
+        sample = feed.batch(start.step, role.pipeline, ctx.device)[0][:micro]
+    io = exchange_templates(setup, sample, ctx.device, dtype)
+    scaler = LossScaler(dtype == "fp16", groups.world)
+    scaler.scale = start.loss_scale if scaler.enabled else 1.0
     executor = Executor(
         module=module,
         io=io,
@@ -71,38 +95,185 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
         device=ctx.device,
         micro_batches=plan.micro_batches,
         global_batch=plan.global_batch,
-        loss_fn=source.loss,
+        loss_fn=feed.loss,
         dtype=dtype,
         optimizer=optimizer,
         ties=setup.ties,
-        scaler=LossScaler(dtype == "fp16", groups.world),
+        scaler=scaler,
         recompute=plan.recompute,
     )
     executor.sync = bucket_sync(setup, plan, groups, executor.record_collective)
-    out = _empty_result(ctx, role)
-    out["held_state_bytes"] = setup.held_bytes
-    for step in range(steps):
-        x, y = source.batch(role.batch, data_seed(seed, step, role.pipeline), ctx.device)
-        if step == 0:  # memory is counted on the first step (counting slows it down)
-            out["peak_memory_bytes"], out["memory_source"] = measure_step_memory(
-                ctx.device, functools.partial(executor.step, x, y), module, optimizer
-            )
-        else:
-            executor.step(x, y)
-        _record_step(out, executor)
-        if step == 0 and payload.get("return_grads"):
-            out["grads"] = {
-                setup.canonical.get(name, name): p.grad.detach().cpu().clone()
-                for name, p in module.named_parameters()
-                if p.grad is not None
+    loop = _Loop(ctx, payload, plan, role, setup, groups, feed, executor, start)
+    return loop.run()
+
+
+def _resume(
+    payload: dict[str, Any],
+    setup: RankSetup,
+    optimizer: torch.optim.Optimizer,
+    groups: Groups,
+    seed: int,
+) -> CheckpointInfo:
+    """The state to start from: the checkpoint ``payload['resume']`` loaded, or step 0."""
+    plan: Plan = payload["plan"]
+    path = payload.get("resume")
+    if path is None:
+        return CheckpointInfo(
+            step=0, position=0, seed=seed, model=plan.model.name, optimizer=plan.optimizer
+        )
+    info = load_checkpoint(Path(path), setup.module, optimizer, setup.canonical, groups.control)
+    return info
+
+
+class _Loop:
+    """The step loop of one rank: data, timing, memory, energy, logs, checkpoints, stopping."""
+
+    def __init__(
+        self,
+        ctx: RankContext,
+        payload: dict[str, Any],
+        plan: Plan,
+        role: RankRole,
+        setup: RankSetup,
+        groups: Groups,
+        feed: Feed,
+        executor: Executor,
+        start: CheckpointInfo,
+    ) -> None:
+        self.ctx, self.payload, self.plan, self.role = ctx, payload, plan, role
+        self.setup, self.groups, self.feed, self.executor = setup, groups, feed, executor
+        self.start = start
+        self.seed = int(payload.get("seed", 0))
+        self.warmup = int(payload.get("warmup", 0))
+        self.total = int(payload.get("steps", 1)) + self.warmup
+        self.rule: StopRule | None = payload.get("trial")
+        ckpt = payload.get("checkpoint_dir")
+        self.ckpt_dir = Path(ckpt) if ckpt else None
+        self.every = int(payload.get("checkpoint_every", 0))
+        log_dir = payload.get("log_dir")
+        self.log = StepLogWriter(Path(log_dir), ctx.rank) if log_dir else None
+        self.meter, self.energy_note = _meter(ctx)
+        self.iterations: list[float] = []
+        self.out = _empty_result(ctx, role)
+        self.out.update(
+            held_state_bytes=setup.held_bytes,
+            first_step=start.step,
+            energy_source=self.meter.name if self.meter else None,
+            energy_note=self.energy_note,
+            checkpoint=None,
+            stopped=None,
+        )
+
+    def run(self) -> dict[str, Any]:
+        role, ex = self.role, self.executor
+        last_saved = -1
+        for i in range(self.total):
+            step = self.start.step + i
+            torch.manual_seed(step_seed(self.seed, step, role.pipeline, role.stage))
+            x, y = None, None
+            if role.stage == 0 or role.stage == role.num_stages - 1:  # the ends read data
+                x, y = self.feed.batch(step, role.pipeline, self.ctx.device)
+            before = self.meter.read_j() if self.meter else 0.0
+            if i == 0:  # memory is counted on the first step (counting slows it down)
+                self.out["peak_memory_bytes"], self.out["memory_source"] = measure_step_memory(
+                    self.ctx.device, functools.partial(ex.step, x, y), ex.module, ex.optimizer
+                )
+            else:
+                ex.step(x, y)
+            if self.meter:
+                self.out["energy_j"].append(self.meter.read_j() - before)
+            _record_step(self.out, ex)
+            if i == 0 and self.payload.get("return_grads"):
+                self.out["grads"] = self._grads()
+            self._log(step, i)
+            if self.ckpt_dir is not None and self.every and (step + 1) % self.every == 0:
+                self._save(step + 1)
+                last_saved = step + 1
+            if self._should_stop(i):
+                break
+        done = self.start.step + len(self.out["step_s"])
+        if self.ckpt_dir is not None and last_saved != done:
+            self._save(done)
+        if self.log is not None:
+            self.log.close()
+        return self.out
+
+    def _grads(self) -> dict[str, torch.Tensor]:
+        module, canonical = self.executor.module, self.setup.canonical
+        return {
+            canonical.get(name, name): p.grad.detach().cpu().clone()
+            for name, p in module.named_parameters()
+            if p.grad is not None
+        }
+
+    def _log(self, step: int, i: int) -> None:
+        if self.log is None:
+            return
+        last = self.role.stage == self.role.num_stages - 1
+        self.log.write(
+            {
+                "step": step,
+                "rank": self.ctx.rank,
+                "pipeline": self.role.pipeline,
+                "stage": self.role.stage,
+                "step_s": self.out["step_s"][-1],
+                "loss": self.out["loss"][-1],
+                "samples": self.role.batch if last else 0,
+                "peak_memory_bytes": self.out["peak_memory_bytes"] if i == 0 else None,
+                "energy_j": self.out["energy_j"][-1] if self.meter else None,
+                "timed": i >= self.warmup,
             }
-    return out
+        )
+
+    def _save(self, step: int) -> None:
+        assert self.ckpt_dir is not None
+        feed = self.feed
+        position = feed.position(step) if isinstance(feed, DatasetFeed) else 0
+        info = CheckpointInfo(
+            step=step,
+            position=position,
+            seed=self.seed,
+            model=self.plan.model.name,
+            optimizer=self.plan.optimizer,
+            loss_scale=self.executor.scaler.scale,
+            data=self.payload.get("data"),
+            strategy=self.plan.strategy,
+            global_batch=self.plan.global_batch,
+        )
+        ex = self.executor
+        path = save_checkpoint(
+            self.ckpt_dir, info, ex.module, ex.optimizer, self.setup.canonical, self.groups.control
+        )
+        if path is not None:
+            self.out["checkpoint"] = str(path)
+
+    def _should_stop(self, i: int) -> bool:
+        """Trials only: the shared iteration time (slowest rank) decides, on every rank."""
+        if self.rule is None:
+            return False
+        t = torch.tensor([self.out["step_s"][-1]], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.groups.control)
+        if i >= self.warmup:
+            self.iterations.append(float(t))
+        why = self.rule.decide(self.iterations)
+        if why is not None:
+            self.out["stopped"] = why
+        return why is not None
+
+
+def _meter(ctx: RankContext) -> tuple[EnergyMeter | None, str]:
+    """This rank's energy meter: its GPU's (NVML); on CPUs the node's packages (RAPL), read by
+    local rank 0 only, since a package's counter covers every rank on it."""
+    if ctx.device == "cpu" and ctx.local_rank != 0:
+        return None, "RAPL counts the whole CPU package: read by local rank 0"
+    return meter_for(ctx.device)
 
 
 def _empty_result(ctx: RankContext, role: RankRole) -> dict[str, Any]:
-    keys = ("step_s", "forward_s", "backward_s", "optimizer_s", "loss", "actions")
+    keys = ("step_s", "forward_s", "backward_s", "optimizer_s", "loss", "actions", "energy_j")
     out: dict[str, Any] = {key: [] for key in keys}
     out.update(rank=ctx.rank, device=role.device, pipeline=role.pipeline, stage=role.stage)
+    out["device_kind"] = ctx.device  # cpu or cuda:<k>
     out["last_step_start"] = 0.0
     return out
 

@@ -1,0 +1,468 @@
+"""Energy: measured where the hardware has a counter, modelled where it has none.
+
+What is measured where:
+
+- **CUDA GPUs** (``cuda:K``): NVML's ``nvmlDeviceGetTotalEnergyConsumption``, millijoules
+  since the driver was last loaded, through ``pynvml`` (package ``nvidia-ml-py``, the extra
+  ``hetplan[gpu]``). The counter exists on Volta and newer GPUs only; older ones answer
+  "not supported" and get no meter. It covers the whole GPU, so work of other processes on
+  the same GPU counts too.
+- **CPUs** (``cpu``): Intel RAPL (and AMD's RAPL-compatible counters) through the Linux
+  powercap sysfs tree, ``/sys/class/powercap/intel-rapl:N/energy_uj``, summed over the
+  package domains. A package domain covers a whole CPU package (cores, caches, uncore), not
+  one process: several ranks on one package share one reading, so the caller must read it
+  once per package (once per node here, as the meter sums all packages), not once per rank,
+  and split it between the ranks itself. Since November 2020 (CVE-2020-8694, "PLATYPUS")
+  kernels make ``energy_uj`` readable by root only, so an ordinary user usually gets no meter.
+- **Otherwise**: :func:`modelled_energy_j`, the utilisation model of
+  :func:`hetplan.cost.power.utilization_power` applied to the measured busy and wall time.
+  :func:`meter_for` returns the reason a device has no meter, so a report can label each
+  figure as measured (and by what) or modelled (and why).
+
+Counters advance in discrete updates, so measure spans of many steps (seconds), not single
+kernels. A RAPL counter wraps at ``max_energy_range_uj`` (a 32-bit register: minutes at
+full load); :class:`RaplMeter` undoes one wrap between two reads, so a span longer than the
+wrap period needs intermediate ``read_j()`` calls.
+
+Measured (busy fraction, watts) pairs fit the utilisation model's idle and maximum power
+(:func:`fit_utilization_power`); the fits live next to the profiles
+(:func:`save_power_fit`, :func:`load_power_fit`) and replace a device type's spec-sheet
+figures with :func:`apply_power_fit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from hetplan.cluster.spec import DeviceType
+from hetplan.cost.power import LinearPowerModel, energy_j, utilization_power
+from hetplan.errors import HetplanError, InputError
+from hetplan.profile.store import _safe, profile_dir
+from hetplan.serde import load_file, to_data, write_json_atomic
+
+__all__ = [
+    "DEFAULT_POWERCAP_ROOT",
+    "EnergyMeter",
+    "EnergyWindow",
+    "MeterUnavailableError",
+    "NvmlMeter",
+    "PowerFit",
+    "RaplMeter",
+    "apply_power_fit",
+    "average_watts",
+    "fit_utilization_power",
+    "load_power_fit",
+    "meter_for",
+    "modelled_energy_j",
+    "power_fit_path",
+    "rapl_package_domains",
+    "save_power_fit",
+]
+
+# Linux powercap sysfs class directory (kernel Documentation/power/powercap/powercap.rst).
+DEFAULT_POWERCAP_ROOT = Path("/sys/class/powercap")
+# energy_uj and max_energy_range_uj are in microjoules (powercap.rst: "energy_uj").
+UJ_PER_J = 1_000_000  # uJ/J
+# nvmlDeviceGetTotalEnergyConsumption returns millijoules (NVML API reference, Device Queries).
+MJ_PER_J = 1_000  # mJ/J
+# Package domains: "intel-rapl:N" (one colon; "intel-rapl:N:M" are sub-domains such as core
+# and dram, already inside the package). AMD counters appear under the intel-rapl driver's
+# names on most kernels; an "amd-rapl:N" tree laid out the same is accepted too.
+_PACKAGE_DOMAIN = re.compile(r"^(intel|amd)-rapl:(\d+)$")
+# A domain's "name" file: "package-N" for packages; "psys" (whole platform, client CPUs)
+# also sits at the top level and would double-count the packages (powercap.rst, intel-rapl).
+_PACKAGE_NAME_PREFIX = "package"
+# The file name of a stored power fit: power__<device type>.json in the profile directory.
+POWER_FIT_PREFIX = "power__"
+NVML_PACKAGE = "nvidia-ml-py"  # PyPI package providing the pynvml module (NVIDIA-maintained)
+
+
+class MeterUnavailableError(HetplanError):
+    """No energy counter can be read here (library, driver, hardware or permission missing).
+
+    :func:`meter_for` turns it into ``(None, reason)``; callers then fall back to the model.
+    """
+
+
+@runtime_checkable
+class EnergyMeter(Protocol):
+    """A cumulative energy counter."""
+
+    name: str
+    """Counter kind: ``nvml`` or ``rapl``."""
+    scope: str
+    """What the reading covers, e.g. ``cuda:0 (NVML index 0)`` or ``cpu package-0 (...)``."""
+
+    def read_j(self) -> float:
+        """Joules since a fixed origin (the meter's creation), never decreasing."""
+        ...
+
+
+class _Accumulator:
+    """Total of the forward steps of a raw integer counter.
+
+    ``wrap``: the counter restarts from 0 after reaching this value, so a decrease means one
+    wrap. ``None``: it never wraps in practice, so a decrease means a reset (driver reload)
+    and the new raw value is the energy since that reset.
+    """
+
+    def __init__(self, first: int, wrap: int | None) -> None:
+        self._last = first
+        self._wrap = wrap
+        self.total = 0
+
+    def update(self, raw: int) -> int:
+        step = raw - self._last
+        if step < 0:
+            step = step + self._wrap if self._wrap is not None else raw
+        self._last = raw
+        self.total += max(step, 0)
+        return self.total
+
+
+# --------------------------------------------------------------------------- RAPL
+
+
+def _read_uj(path: Path) -> int:
+    try:
+        text = path.read_text()
+    except PermissionError:
+        raise MeterUnavailableError(
+            f"{path}: permission denied (energy_uj is root-only since CVE-2020-8694)"
+        ) from None
+    except OSError as err:
+        raise MeterUnavailableError(f"{path}: not readable ({err.strerror})") from None
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise MeterUnavailableError(f"{path}: not an integer ({text.strip()!r})") from None
+
+
+def _domain_name(domain: Path) -> str | None:
+    try:
+        return (domain / "name").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def rapl_package_domains(powercap_root: Path = DEFAULT_POWERCAP_ROOT) -> list[Path]:
+    """The package domain directories under ``powercap_root``, in package order.
+
+    Sub-domains (``intel-rapl:0:0``), the control-type directory (``intel-rapl``), MMIO
+    duplicates (``intel-rapl-mmio:0``) and platform domains (name ``psys``) are left out.
+    """
+    found: list[tuple[str, int, Path]] = []
+    for entry in powercap_root.iterdir():
+        m = _PACKAGE_DOMAIN.match(entry.name)
+        if m is None:
+            continue
+        name = _domain_name(entry)
+        if name is not None and not name.startswith(_PACKAGE_NAME_PREFIX):
+            continue
+        found.append((m.group(1), int(m.group(2)), entry))
+    return [path for _, _, path in sorted(found)]
+
+
+class RaplMeter:
+    """Sum of the RAPL package counters in ``paths`` (domain directories with ``energy_uj``
+    and ``max_energy_range_uj``); raises MeterUnavailableError if one cannot be read."""
+
+    name = "rapl"
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        if not paths:
+            raise MeterUnavailableError("no RAPL package domains given")
+        self._paths = tuple(paths)
+        self._counters: list[_Accumulator] = []
+        for path in self._paths:
+            wrap = _read_uj(path / "max_energy_range_uj")
+            if wrap <= 0:
+                raise MeterUnavailableError(f"{path / 'max_energy_range_uj'}: {wrap} is not > 0")
+            self._counters.append(_Accumulator(_read_uj(path / "energy_uj"), wrap))
+        labels = ", ".join(_domain_name(p) or p.name for p in self._paths)
+        self.scope = f"cpu {labels} (whole packages: every rank on them shares this reading)"
+
+    def read_j(self) -> float:
+        total_uj = sum(
+            c.update(_read_uj(p / "energy_uj"))
+            for p, c in zip(self._paths, self._counters, strict=True)
+        )
+        return total_uj / UJ_PER_J
+
+
+# --------------------------------------------------------------------------- NVML
+
+
+def _import_pynvml() -> ModuleType:
+    try:
+        return importlib.import_module("pynvml")
+    except ImportError:
+        raise MeterUnavailableError(
+            f"{NVML_PACKAGE} not installed (pip install 'hetplan[gpu]')"
+        ) from None
+
+
+class NvmlMeter:
+    """NVML's total-energy counter of the GPU ``cuda:<index>`` (Volta or newer).
+
+    ``uuid`` (``GPU-...``, as NVML spells it) finds the GPU when ``CUDA_VISIBLE_DEVICES`` or
+    ``CUDA_DEVICE_ORDER`` make CUDA's numbering differ from NVML's; without it the NVML index
+    is taken to be ``index``. Raises MeterUnavailableError when ``pynvml`` is missing, NVML
+    cannot start, or the GPU has no total-energy counter.
+    """
+
+    name = "nvml"
+
+    def __init__(self, index: int, *, uuid: str | None = None) -> None:
+        nvml: Any = _import_pynvml()
+        self._nvml = nvml
+        self._index = index
+        try:
+            nvml.nvmlInit()  # reference-counted by NVML; cheap when already initialised
+            if uuid is not None:  # bytes: old pynvml bindings take no str here
+                self._handle = nvml.nvmlDeviceGetHandleByUUID(uuid.encode())
+            else:
+                self._handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        except nvml.NVMLError as err:
+            which = uuid if uuid is not None else f"NVML index {index}"
+            raise MeterUnavailableError(f"NVML cannot open cuda:{index} ({which}): {err}") from None
+        self._counter = _Accumulator(self._raw_mj(), wrap=None)
+        self.scope = f"cuda:{index} ({uuid if uuid is not None else f'NVML index {index}'})"
+
+    def _raw_mj(self) -> int:
+        try:
+            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle))
+        except AttributeError:
+            raise MeterUnavailableError(
+                f"pynvml has no nvmlDeviceGetTotalEnergyConsumption: upgrade {NVML_PACKAGE}"
+            ) from None
+        except self._nvml.NVMLError as err:
+            raise MeterUnavailableError(
+                f"cuda:{self._index}: NVML total-energy counter unavailable ({err}); "
+                "it needs a Volta or newer GPU"
+            ) from None
+
+    def read_j(self) -> float:
+        return self._counter.update(self._raw_mj()) / MJ_PER_J
+
+
+def _cuda_uuid(index: int) -> str | None:
+    """NVML's UUID of ``cuda:<index>`` from torch, if torch is loaded and sees CUDA.
+
+    Initialises CUDA in this process: call it in the rank that uses the GPU.
+    """
+    torch: Any = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            return None
+        uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    except Exception:  # a broken CUDA set-up only costs the UUID; NVML still gets the index
+        return None
+    return f"GPU-{uuid}" if uuid is not None else None
+
+
+# --------------------------------------------------------------------------- choosing
+
+
+def meter_for(
+    device: str, *, powercap_root: Path = DEFAULT_POWERCAP_ROOT
+) -> tuple[EnergyMeter | None, str]:
+    """The energy meter of ``device`` (``cpu``, ``cuda`` or ``cuda:K``) and ``""``, or
+    ``None`` and why there is none. Never raises for a missing counter."""
+    kind, _, index_text = device.partition(":")
+    if kind == "cuda":
+        if index_text and not index_text.isdigit():
+            return None, f"device {device!r}: expected cuda:K"
+        index = int(index_text) if index_text else 0
+        try:
+            return NvmlMeter(index, uuid=_cuda_uuid(index)), ""
+        except MeterUnavailableError as err:
+            return None, str(err)
+    if kind == "cpu":
+        try:
+            domains = rapl_package_domains(powercap_root)
+        except OSError:
+            return None, f"{powercap_root} not readable"
+        if not domains:
+            return None, f"no RAPL package domains under {powercap_root}"
+        try:
+            return RaplMeter(domains), ""
+        except MeterUnavailableError as err:
+            return None, str(err)
+    return None, f"no energy counter for device {device!r}"
+
+
+# --------------------------------------------------------------------------- spans
+
+
+def average_watts(joules: float, seconds: float) -> float:
+    """Average power in watts of ``joules`` spent over ``seconds`` (> 0)."""
+    if not seconds > 0:
+        raise InputError(f"average power needs a duration > 0 s (got {seconds})")
+    return joules / seconds
+
+
+class EnergyWindow:
+    """Joules a meter counts between :meth:`start` and :meth:`stop`, with the wall time.
+
+    Usable as a context manager: ``with EnergyWindow(m) as w: ...`` then ``w.joules``.
+    """
+
+    def __init__(
+        self, meter: EnergyMeter, *, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.meter = meter
+        self._clock = clock
+        self._start: tuple[float, float] | None = None
+        self.joules: float | None = None
+        """Energy of the last completed window, joules."""
+        self.seconds: float | None = None
+        """Wall time of the last completed window, seconds."""
+
+    def start(self) -> None:
+        """Begin a window (a running one is restarted)."""
+        self._start = (self.meter.read_j(), self._clock())
+
+    def stop(self) -> float:
+        """End the window; return its joules."""
+        if self._start is None:
+            raise RuntimeError("EnergyWindow.stop() without start()")
+        j0, t0 = self._start
+        self.joules = self.meter.read_j() - j0
+        self.seconds = self._clock() - t0
+        self._start = None
+        return self.joules
+
+    def average_w(self) -> float:
+        """Average watts of the last completed window."""
+        if self.joules is None or self.seconds is None:
+            raise RuntimeError("EnergyWindow.average_w() before a window was stopped")
+        return average_watts(self.joules, self.seconds)
+
+    def __enter__(self) -> EnergyWindow:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+# --------------------------------------------------------------------------- fitting
+
+
+@dataclass(frozen=True, kw_only=True)
+class PowerFit:
+    """Least-squares fit of ``P = idle_w + (max_w - idle_w) * u`` to measured samples."""
+
+    idle_w: float
+    """Fitted power at busy fraction 0, watts."""
+    max_w: float
+    """Fitted power at busy fraction 1, watts."""
+    samples: int
+    """Number of (busy fraction, watts) samples fitted."""
+    rms_error_w: float
+    """Root-mean-square residual of the samples, watts."""
+
+
+def fit_utilization_power(samples: Sequence[tuple[float, float]]) -> PowerFit:
+    """Fit idle and maximum power to ``(busy fraction in [0, 1], average watts)`` samples."""
+    if len(samples) < 2:
+        raise InputError(
+            f"power fit needs at least 2 (busy fraction, watts) samples; got {len(samples)}"
+        )
+    data = np.asarray(samples, dtype=np.float64)
+    if data.ndim != 2 or data.shape[1] != 2:
+        raise InputError(f"power fit samples must be (busy fraction, watts) pairs; got {samples}")
+    if not np.all(np.isfinite(data)):
+        raise InputError("power fit samples must be finite numbers")
+    u, watts = data[:, 0], data[:, 1]
+    if u.min() < 0.0 or u.max() > 1.0:
+        raise InputError(f"busy fractions must lie in [0, 1]; got {u.min()} .. {u.max()}")
+    if u.min() == u.max():
+        raise InputError(
+            f"every sample has busy fraction {u[0]}: the slope (max - idle power) is "
+            "undetermined; measure at least two different loads"
+        )
+    model = LinearPowerModel(("busy_fraction",)).fit([[x] for x in u.tolist()], watts.tolist())
+    residual = watts - model.predict_many([[x] for x in u.tolist()])
+    idle = model.intercept
+    return PowerFit(
+        idle_w=idle,
+        max_w=idle + float(model.coef[0]),
+        samples=len(samples),
+        rms_error_w=float(np.sqrt(np.mean(residual**2))),
+    )
+
+
+# --------------------------------------------------------------------------- storing
+
+
+def power_fit_path(device_type: str, directory: Path | None = None) -> Path:
+    """The file of ``device_type``'s power fit in the profile directory."""
+    return profile_dir(directory) / f"{POWER_FIT_PREFIX}{_safe(device_type)}.json"
+
+
+def save_power_fit(device_type: str, fit: PowerFit, directory: Path | None = None) -> Path:
+    """Store ``fit`` for ``device_type`` (replacing an older one); return the file."""
+    path = power_fit_path(device_type, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, to_data(fit))
+    return path
+
+
+def load_power_fit(device_type: str, directory: Path | None = None) -> PowerFit | None:
+    """The stored fit of ``device_type``, None if there is none (InputError if unreadable)."""
+    path = power_fit_path(device_type, directory)
+    if not path.is_file():
+        return None
+    return load_file(PowerFit, path)
+
+
+def apply_power_fit(device_type_obj: DeviceType, fit: PowerFit) -> DeviceType:
+    """A copy of the device type with the fitted idle and maximum power (and a note of the
+    fit in ``source``); InputError for a fit that the model cannot use."""
+    if not (math.isfinite(fit.idle_w) and math.isfinite(fit.max_w)):
+        raise InputError(f"power fit for {device_type_obj.name}: non-finite idle/max power")
+    if fit.idle_w < 0 or fit.max_w < fit.idle_w:
+        raise InputError(
+            f"power fit for {device_type_obj.name}: idle {fit.idle_w:.1f} W, max "
+            f"{fit.max_w:.1f} W; need 0 <= idle <= max (measure more, and more varied, loads)"
+        )
+    note = f"idle/max power fitted from {fit.samples} samples (rms error {fit.rms_error_w:.1f} W)"
+    source = f"{device_type_obj.source}; {note}" if device_type_obj.source else note
+    return dataclasses.replace(
+        device_type_obj, idle_power_w=fit.idle_w, max_power_w=fit.max_w, source=source
+    )
+
+
+# --------------------------------------------------------------------------- modelled
+
+
+def modelled_energy_j(device_type: DeviceType, busy_s: float, span_s: float) -> float:
+    """Joules by the utilisation model for a device busy ``busy_s`` of ``span_s`` seconds:
+    ``utilization_power(device_type, busy_s / span_s) * span_s`` (busy fraction clamped to 1).
+    """
+    if not span_s > 0:
+        raise InputError(f"modelled energy needs a span > 0 s (got {span_s})")
+    if not busy_s >= 0:
+        raise InputError(f"modelled energy needs busy time >= 0 s (got {busy_s})")
+    return energy_j(utilization_power(device_type, busy_s / span_s), span_s)
