@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -12,11 +13,12 @@ from rich.progress import BarColumn, Progress, TextColumn
 from hetplan.cli.output import console, print_json
 from hetplan.cli.plan_view import print_ranking, ranking_json
 from hetplan.cluster import load_cluster
+from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.graph import build_graph
 from hetplan.plan.objective import Limits, parse_objective
 from hetplan.plan.options import FAMILIES, RUNNABLE, SearchOptions
-from hetplan.plan.search import search
+from hetplan.plan.search import Ranking, search
 from hetplan.plan.types import ModelRef
 from hetplan.predict import DATASET_SIZES
 from hetplan.predict.build import DTYPE_HELP, parse_dtype
@@ -40,64 +42,81 @@ def _families(text: str | None, what_if: bool) -> tuple[str, ...]:
     return names
 
 
-def plan_cmd(
-    model: Annotated[str, typer.Option("--model", help="Zoo name, file.py:fn or pkg.mod:fn.")],
-    cluster: Annotated[Path, typer.Option("--cluster", help="Cluster file (YAML or JSON).")],
-    dataset: Annotated[str | None, typer.Option(help="mnist, cifar10, imagenet, highres.")] = None,
-    objective: Annotated[
-        str, typer.Option(help="time|throughput|power|energy|edp|cost or a mix time=0.7,energy=0.3")
-    ] = "time",
-    batch: Annotated[int, typer.Option(help="Global batch (samples per iteration).")] = 256,
-    top: Annotated[int, typer.Option(help="Rows in the ranked table.")] = 10,
-    out: Annotated[Path, typer.Option(help="Where to write the best plan.")] = Path("plan.json"),
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-    strategies: Annotated[str | None, typer.Option(help="Families to search (comma list).")] = None,
-    optimizer: Annotated[str, typer.Option(help="sgd, momentum or adam.")] = "sgd",
-    dtype: Annotated[str, typer.Option("--dtype", help=DTYPE_HELP)] = "fp32",
-    dataset_size: Annotated[int | None, typer.Option(help="Samples per epoch.")] = None,
-    max_power: Annotated[float | None, typer.Option(help="Limit: cluster power, W.")] = None,
-    max_devices: Annotated[int | None, typer.Option(help="Limit: devices used.")] = None,
-    deadline: Annotated[float | None, typer.Option(help="Limit: epoch time, s.")] = None,
-    budget: Annotated[float | None, typer.Option(help="Limit: dollars per epoch.")] = None,
-    profiles: Annotated[Path | None, typer.Option(help="Profile store directory.")] = None,
-    analytical: Annotated[
-        bool, typer.Option("--analytical", help="Ignore measured profiles.")
-    ] = False,
-    what_if: Annotated[
-        bool,
-        typer.Option(
-            "--what-if",
-            help="Also rank families train cannot run yet (ps, pipedream, tensor parallel): "
-            "priced and simulated only.",
-        ),
-    ] = False,
-) -> None:
-    """Search the best way to train MODEL on CLUSTER; print the ranking, write the winner."""
-    if batch < 1:
-        raise InputError(f"--batch must be >= 1 (got {batch})")
-    ref = ModelRef(name=model, dataset=dataset, dtype=parse_dtype(dtype))
-    clus = load_cluster(cluster)
+ModelOpt = Annotated[str, typer.Option("--model", help="Zoo name, file.py:fn or pkg.mod:fn.")]
+ClusterOpt = Annotated[Path, typer.Option("--cluster", help="Cluster file (YAML or JSON).")]
+DatasetOpt = Annotated[str | None, typer.Option(help="mnist, cifar10, imagenet, highres.")]
+ObjectiveOpt = Annotated[
+    str, typer.Option(help="time|throughput|power|energy|edp|cost or a mix time=0.7,energy=0.3")
+]
+BatchOpt = Annotated[int, typer.Option(help="Global batch (samples per iteration).")]
+OptimizerOpt = Annotated[str, typer.Option(help="sgd, momentum or adam.")]
+DtypeOpt = Annotated[str, typer.Option("--dtype", help=DTYPE_HELP)]
+SizeOpt = Annotated[int | None, typer.Option(help="Samples per epoch.")]
+PowerOpt = Annotated[float | None, typer.Option(help="Limit: cluster power, W.")]
+DevicesOpt = Annotated[int | None, typer.Option(help="Limit: devices used.")]
+DeadlineOpt = Annotated[float | None, typer.Option(help="Limit: epoch time, s.")]
+BudgetOpt = Annotated[float | None, typer.Option(help="Limit: dollars per epoch.")]
+ProfilesOpt = Annotated[Path | None, typer.Option(help="Profile store directory.")]
+AnalyticalOpt = Annotated[bool, typer.Option("--analytical", help="Ignore measured profiles.")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRequest:
+    """The plan search as the command line asks for it (shared by ``plan`` and ``tune``)."""
+
+    model: str
+    cluster: Path
+    dataset: str | None = None
+    objective: str = "time"
+    batch: int = 256
+    optimizer: str = "sgd"
+    dtype: str = "fp32"
+    dataset_size: int | None = None
+    max_power: float | None = None
+    max_devices: int | None = None
+    deadline: float | None = None
+    budget: float | None = None
+    profiles: Path | None = None
+    analytical: bool = False
+    strategies: str | None = None
+    what_if: bool = False
+
+    def options(self) -> SearchOptions:
+        if self.batch < 1:
+            raise InputError(f"--batch must be >= 1 (got {self.batch})")
+        size = self.dataset_size
+        if size is None:
+            size = DATASET_SIZES.get(self.dataset or "")
+        return SearchOptions(
+            batch=self.batch,
+            objective=parse_objective(self.objective),
+            limits=Limits(
+                max_power_w=self.max_power,
+                max_devices=self.max_devices,
+                deadline_s=self.deadline,
+                budget_usd=self.budget,
+            ),
+            optimizer=self.optimizer,
+            families=_families(self.strategies, self.what_if),
+            runnable_only=not self.what_if,
+            dataset_size=size,
+        )
+
+
+def run_search(req: SearchRequest, quiet: bool) -> tuple[Ranking, Cluster, SearchOptions, float]:
+    """(ranking, cluster, options, seconds) of the search ``req``; InputError without a plan."""
+    opts = req.options()
+    ref = ModelRef(name=req.model, dataset=req.dataset, dtype=parse_dtype(req.dtype))
+    clus = load_cluster(req.cluster)
     graph = build_graph(ref)
-    size = dataset_size if dataset_size is not None else DATASET_SIZES.get(dataset or "")
-    opts = SearchOptions(
-        batch=batch,
-        objective=parse_objective(objective),
-        limits=Limits(
-            max_power_w=max_power, max_devices=max_devices, deadline_s=deadline, budget_usd=budget
-        ),
-        optimizer=optimizer,
-        families=_families(strategies, what_if),
-        runnable_only=not what_if,
-        dataset_size=size,
-    )
-    compute = compute_model(ref.dtype, directory=profiles, measured=not analytical)
+    compute = compute_model(ref.dtype, directory=req.profiles, measured=not req.analytical)
     start = time.perf_counter()
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         console=console,
         transient=True,
-        disable=as_json or not console.is_terminal,
+        disable=quiet or not console.is_terminal,
     ) as bar:
         task = bar.add_task("searching", total=None)
 
@@ -108,7 +127,46 @@ def plan_cmd(
     seconds = time.perf_counter() - start
     if not ranking.ranked:
         reasons = ", ".join(f"{k} ({v})" for k, v in ranking.rejected.items()) or "none"
-        raise InputError(f"no feasible plan for {model} on {cluster}; rejected: {reasons}")
+        raise InputError(f"no feasible plan for {req.model} on {req.cluster}; rejected: {reasons}")
+    return ranking, clus, opts, seconds
+
+
+def plan_cmd(
+    model: ModelOpt,
+    cluster: ClusterOpt,
+    dataset: DatasetOpt = None,
+    objective: ObjectiveOpt = "time",
+    batch: BatchOpt = 256,
+    top: Annotated[int, typer.Option(help="Rows in the ranked table.")] = 10,
+    out: Annotated[Path, typer.Option(help="Where to write the best plan.")] = Path("plan.json"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    strategies: Annotated[str | None, typer.Option(help="Families to search (comma list).")] = None,
+    optimizer: OptimizerOpt = "sgd",
+    dtype: DtypeOpt = "fp32",
+    dataset_size: SizeOpt = None,
+    max_power: PowerOpt = None,
+    max_devices: DevicesOpt = None,
+    deadline: DeadlineOpt = None,
+    budget: BudgetOpt = None,
+    profiles: ProfilesOpt = None,
+    analytical: AnalyticalOpt = False,
+    what_if: Annotated[
+        bool,
+        typer.Option(
+            "--what-if",
+            help="Also rank families train cannot run yet (ps, pipedream, tensor parallel): "
+            "priced and simulated only.",
+        ),
+    ] = False,
+) -> None:
+    """Search the best way to train MODEL on CLUSTER; print the ranking, write the winner."""
+    req = SearchRequest(
+        model=model, cluster=cluster, dataset=dataset, objective=objective, batch=batch,
+        optimizer=optimizer, dtype=dtype, dataset_size=dataset_size, max_power=max_power,
+        max_devices=max_devices, deadline=deadline, budget=budget, profiles=profiles,
+        analytical=analytical, strategies=strategies, what_if=what_if,
+    )  # fmt: skip
+    ranking, _, _, seconds = run_search(req, as_json)
     write_json_atomic(out, to_data(ranking.best.candidate.plan))
     if as_json:
         print_json(ranking_json(ranking, seconds) | {"plan_file": str(out)})

@@ -18,6 +18,7 @@ from hetplan.cli import (
     cmd_predict,
     cmd_profile,
     cmd_run,
+    cmd_tune,
 )
 from hetplan.errors import HetplanError
 
@@ -29,7 +30,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-for _module in (cmd_cluster, cmd_model, cmd_predict, cmd_plan, cmd_profile, cmd_run, cmd_bench):
+for _module in (
+    cmd_cluster,
+    cmd_model,
+    cmd_predict,
+    cmd_plan,
+    cmd_profile,
+    cmd_run,
+    cmd_tune,
+    cmd_bench,
+):
     _module.register(app)
 
 
