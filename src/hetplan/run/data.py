@@ -63,7 +63,15 @@ def load_data(ref: str) -> UserData:
         size = _length(ref, out)
         if size < 1:
             raise InputError(f"--data {ref}: the dataset is empty")
-    _check_sample(ref, next(iter(_Stream(data, 0))))
+    try:
+        first = next(iter(_Stream(data, 0, ref)))
+    except InputError:
+        raise
+    except Exception as err:  # the user's __getitem__ / __iter__ failed
+        raise InputError(
+            f"--data {ref}: reading a sample raised {type(err).__name__}: {err}"
+        ) from None
+    _check_sample(ref, first)
     return data
 
 
@@ -97,9 +105,10 @@ class _Stream:
     """The dataset's samples as one endless, seeded stream; reads forward cheaply and restarts
     from the beginning when asked for an earlier position."""
 
-    def __init__(self, data: UserData, seed: int) -> None:
+    def __init__(self, data: UserData, seed: int, ref: str) -> None:
         self.data = data
         self.seed = seed
+        self.ref = ref
         self.iterable = isinstance(data.dataset, IterableDataset)
         self._pos = 0
         self._it: Iterator[Any] = self._samples()
@@ -126,7 +135,7 @@ class _Stream:
                 yielded = True
                 yield sample
             if not yielded:
-                raise InputError("--data: the dataset yielded no samples")
+                raise InputError(f"--data {self.ref}: the dataset yielded no samples")
             epoch += 1
 
     def _epoch(self, epoch: int) -> Iterator[Any]:
@@ -214,7 +223,7 @@ class DatasetFeed:
 
 @functools.cache
 def _stream(ref: str, seed: int) -> _Stream:
-    return _Stream(load_data(ref), seed)
+    return _Stream(load_data(ref), seed, ref)
 
 
 def make_feed(
