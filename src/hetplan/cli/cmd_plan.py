@@ -23,6 +23,7 @@ from hetplan.plan.types import ModelRef
 from hetplan.predict import DATASET_SIZES
 from hetplan.predict.build import DTYPE_HELP, parse_dtype
 from hetplan.profile.select import compute_model
+from hetplan.run.power_profile import with_power_fits
 from hetplan.serde import to_data, write_json_atomic
 
 
@@ -108,6 +109,8 @@ def run_search(req: SearchRequest, quiet: bool) -> tuple[Ranking, Cluster, Searc
     opts = req.options()
     ref = ModelRef(name=req.model, dataset=req.dataset, dtype=parse_dtype(req.dtype))
     clus = load_cluster(req.cluster)
+    if not req.analytical:
+        clus, _ = with_power_fits(clus, req.profiles)
     graph = build_graph(ref)
     compute = compute_model(ref.dtype, directory=req.profiles, measured=not req.analytical)
     start = time.perf_counter()

@@ -15,6 +15,7 @@ from hetplan.plan.types import ModelRef, Plan
 from hetplan.predict import DATASET_SIZES, Prediction, plan_from_options, predict
 from hetplan.predict.build import DTYPE_HELP, parse_dtype
 from hetplan.profile.select import compute_model
+from hetplan.run.power_profile import with_power_fits
 from hetplan.schedule import format_grid
 from hetplan.serde import load_file
 from hetplan.units import fmt_bytes, fmt_seconds
@@ -167,6 +168,8 @@ def predict_cmd(
             }
         )
     clus = load_cluster(cluster)
+    if not analytical:
+        clus, _ = with_power_fits(clus, profiles)
     if plan_file is not None:
         plan = load_file(Plan, plan_file)
         ref = plan.model

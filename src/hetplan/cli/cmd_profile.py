@@ -18,6 +18,7 @@ from hetplan.profile.model import ProfileRequest, profile_model
 from hetplan.profile.store import save_profile, write_profile
 from hetplan.profile.types import Profile
 from hetplan.run.launch import launch_local
+from hetplan.run.power_profile import measure_power_points, record_power_points
 from hetplan.serde import to_data
 from hetplan.units import fmt_bytes
 
@@ -245,7 +246,43 @@ def profile_links(
     console.print(f"wrote {out}")
 
 
+def profile_power(
+    device: Annotated[str, typer.Option(help="cpu or cuda:K.")] = "cpu",
+    device_type: Annotated[
+        str | None,
+        typer.Option("--type", help="Device type to file it under (default: cpu / GPU name)."),
+    ] = None,
+    seconds: Annotated[float, typer.Option(help="Seconds at rest and seconds under load.")] = 5.0,
+    out: Annotated[Path | None, typer.Option(help="Profile store directory.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Measure a device's power at rest and under load with its energy counter (NVML on NVIDIA
+    GPUs, RAPL on CPUs where readable) and fit the power model's idle and max watts, stored
+    with the profiles (used by plan, predict, train and tune unless --analytical)."""
+    kind = device_type or _device_type_name(device)
+    points = measure_power_points(device, seconds)
+    fit = record_power_points(kind, points, out)
+    data = {"device": device, "type": kind, "points": points, "fit": to_data(fit)}
+    if json_out:
+        print_json(data)
+        return
+    idle, busy = points[0][1], points[-1][1]
+    console.print(f"{device} ({kind}): {idle:.1f} W at rest, {busy:.1f} W under load (measured)")
+    if fit is not None:
+        console.print(f"power model of {kind}: idle {fit.idle_w:.1f} W, max {fit.max_w:.1f} W")
+
+
+def _device_type_name(device: str) -> str:
+    if device.startswith("cuda"):
+        import torch  # noqa: PLC0415
+
+        index = int(device.partition(":")[2] or 0)
+        return str(torch.cuda.get_device_name(index))
+    return "cpu"
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``profile`` and ``profile-links`` to ``app``."""
+    """Add ``profile``, ``profile-links`` and ``profile-power`` to ``app``."""
     app.command("profile")(profile)
+    app.command("profile-power")(profile_power)
     app.command("profile-links")(profile_links)

@@ -17,6 +17,7 @@ from hetplan.cli.output import console, print_json
 from hetplan.cli.progress_view import ProgressLine
 from hetplan.cli.train_view import trace_chart
 from hetplan.cluster import load_cluster
+from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.plan.types import Plan
 from hetplan.run.commands import torchrun_commands
@@ -30,12 +31,14 @@ from hetplan.run.measure import (
     with_prediction,
 )
 from hetplan.run.model import source_for
+from hetplan.run.power_profile import record_power_points, with_power_fits
 from hetplan.run.precision import PRECISIONS
 from hetplan.run.steplog import merge
 from hetplan.run.train import (
     Training,
     check_plan,
     check_training,
+    gpu_power_points,
     measure_plan,
     predict_plan,
     with_energy,
@@ -173,7 +176,7 @@ def train_cmd(
         if dtype not in PRECISIONS:
             raise InputError(f"--dtype: {dtype!r}; expected one of {', '.join(PRECISIONS)}")
         plan = dataclasses.replace(plan, model=dataclasses.replace(plan.model, dtype=dtype))
-    clus = load_cluster(cluster)
+    clus, _ = with_power_fits(load_cluster(cluster))
     if print_commands:
         cmds = torchrun_commands(
             plan, clus, plan_path=plan_file, cluster_path=cluster, steps=steps, warmup=warmup,
@@ -220,11 +223,27 @@ def train_cmd(
     else:
         measured = with_prediction(measured, None, source)
     path = save_measurement(measured, path)
+    fits = _record_power(measured, clus)
     if as_json:
         print_json(_json(measured, path, chart) | {"step_log": str(step_log)})
     else:
         _print(measured, path, chart)
         console.print(f"step log: {step_log}")
+        for line in fits:
+            console.print(line)
+
+
+def _record_power(m: Measurement, cluster: Cluster) -> list[str]:
+    """Add the run's metered GPU points to the power fits; one line per refitted type."""
+    lines = []
+    for kind, points in gpu_power_points(m, cluster).items():
+        fit = record_power_points(kind, points)
+        if fit is not None:
+            lines.append(
+                f"power model of {kind} refitted from {fit.samples} measured points: idle "
+                f"{fit.idle_w:.0f} W, max {fit.max_w:.0f} W"
+            )
+    return lines
 
 
 def steps_path(measurement: Path) -> Path:

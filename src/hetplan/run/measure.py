@@ -62,6 +62,11 @@ class RankFigures:
     (which neither the CUDA allocator's peak nor the CPU tensor count can see)."""
     actions: list[ActionSpan] = field(default_factory=list)
     """Forward and backward spans of the last timed step (see :class:`ActionSpan`)."""
+    energy_j: float | None = None
+    """Median over timed steps of this rank's meter reading per step, joules (None: no meter;
+    a RAPL reading covers the node's CPU packages, an NVML one this rank's GPU)."""
+    energy_source: str | None = None
+    """``nvml`` or ``rapl`` where the rank read a meter."""
 
 
 @dataclass(kw_only=True)
@@ -180,6 +185,10 @@ def _rank_figures(r: dict[str, Any], warmup: int, origin: float = 0.0) -> RankFi
         peak_memory_bytes=int(r["peak_memory_bytes"]),
         memory_source=r["memory_source"],
         actions=[_span(a, origin) for a in r.get("actions", [])],
+        energy_j=float(statistics.median(r["energy_j"][warmup:]))
+        if r.get("energy_j", [])[warmup:]
+        else None,
+        energy_source=r.get("energy_source"),
     )
 
 

@@ -216,3 +216,17 @@ def with_energy(m: Measurement, cluster: Cluster) -> Measurement:
     m.energy_j_per_iteration = total
     m.energy_source = "modelled (utilisation power model over measured busy time)"
     return m
+
+
+def gpu_power_points(m: Measurement, cluster: Cluster) -> dict[str, list[tuple[float, float]]]:
+    """(busy fraction, average watts) of every rank whose GPU was metered (NVML), by device
+    type: points for the utilisation power model's fit (RAPL readings cover a whole node and
+    are not split between device types)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for r in m.ranks:
+        if r.energy_source != "nvml" or r.energy_j is None or r.step_s <= 0:
+            continue
+        busy = min(1.0, (r.forward_s + r.backward_s + r.optimizer_s) / r.step_s)
+        kind = cluster.device(r.device).type.name
+        out.setdefault(kind, []).append((busy, r.energy_j / r.step_s))
+    return out
