@@ -90,7 +90,7 @@ def test_gpu_points_from_a_run_use_metered_gpu_ranks_only() -> None:
     cluster = load_cluster(CLUSTER)
     ids = [d.id for d in cluster.devices]
     m = Measurement(
-        plan=None,  # type: ignore[arg-type]  (not read)
+        plan=None,  # type: ignore[arg-type]
         cluster=None, steps=1, warmup=0, measured_iteration_s=0.5, iteration_p10_s=0.5,
         iteration_p90_s=0.5, iteration_s=[0.5], loss=[1.0],
         ranks=[
