@@ -108,3 +108,32 @@ def test_a_run_killed_while_checkpointing_resumes_from_the_last_complete_one(
     assert read_info(step_dir(ckpt, 2)).position == 2 * PLAN_A.global_batch
     rest = run_plan(PLAN_A, source=SOURCE, steps=3, training=Training(data=DATA, resume=ckpt))
     close(losses(rest), whole[2:])
+
+
+@pytest.mark.parametrize("name", ["tied_lm", "top_level"])
+def test_resume_across_plans_with_tied_and_glue_parameters(name: str, tmp_path: Path) -> None:
+    """A weight tied across two stages and a parameter outside every layer, written by one
+    split and read by another (synthetic data: each plan draws its own batches, so the
+    reference is the single process resumed from the same checkpoint under the same plan)."""
+    source = ZooSource(name=f"{Path(__file__).with_name('fidelity_models.py')}:{name}")
+    layers = layer_names(source)
+    dev = iter(f"d{i}" for i in range(8))
+
+    def plan(cut: int, batches: list[int], strategy: str) -> Plan:
+        stages = [layers[:cut], layers[cut:]]
+        pipes = [
+            PipelinePlan(stages=[StagePlan(layers=s, devices=[next(dev)]) for s in stages], batch=b)
+            for b in batches
+        ]
+        return Plan(
+            model=ModelRef(name=source.name), strategy=strategy,  # type: ignore[arg-type]
+            global_batch=sum(batches), micro_batches=2, pipelines=pipes, optimizer="adam",
+        )  # fmt: skip
+
+    a = plan(1, [8], "1f1b")
+    b = plan(len(layers) - 1, [6, 2], "hybrid")
+    ckpt = tmp_path / "ck"
+    run_plan(a, source=source, steps=2, seed=4, training=Training(checkpoint_dir=ckpt))
+    got = run_plan(b, source=source, steps=2, seed=4, training=Training(resume=ckpt))
+    ref, _ = reference_run(b, source, seed=4, steps=2, resume=step_dir(ckpt, 2))
+    close(losses(got), ref)
