@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hetplan.cli.main import main
+from hetplan.run.worker import build_parser
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 LOCAL = str(CLUSTERS / "local-cpu-hetero.yaml")
@@ -118,3 +120,18 @@ def test_non_positive_timeout_is_refused_before_launch(
     code, _, err = _run(["train", plan, "--cluster", LOCAL, "--timeout", "-1"], capsys)
     assert code == 2
     assert err.count("\n") == 1 and "--timeout must be > 0" in err
+
+
+def test_print_commands_carry_the_training_options(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = _plan(tmp_path, "gpipe", ["v100.0", "t4.0"])
+    extra = ["--data", "d.py:fn", "--checkpoint", "ck", "--checkpoint-every", "5"]
+    extra += ["--seed", "3", "--lr", "0.05"]
+    code, out, _ = _run(["train", plan, "--cluster", HETERO, "--print-commands", *extra], capsys)
+    assert code == 0
+    for line in out.strip().splitlines():
+        worker = shlex.split(line)
+        args = build_parser().parse_args(worker[worker.index("hetplan.run.worker") + 1 :])
+        assert (args.data, args.checkpoint, args.checkpoint_every) == ("d.py:fn", "ck", 5)
+        assert (args.seed, args.lr, args.resume) == (3, 0.05, None)

@@ -43,11 +43,15 @@ from hetplan.run.train import (
     predict_plan,
     with_energy,
 )
+from hetplan.run.tune import idle_watts
 from hetplan.serde import load_file, to_data
 from hetplan.units import fmt_bytes, fmt_seconds
 
 
-def _print(m: Measurement, path: Path, chart: Path | None) -> None:
+def _print(
+    m: Measurement, path: Path, chart: Path | None, idle: tuple[float, int] = (0.0, 0)
+) -> None:
+    """The run's report; ``idle``: (watts, count) of the cluster's devices the plan leaves out."""
     console.print(
         f"{m.plan.strategy} on {len(m.ranks)} ranks: measured iteration "
         f"{fmt_seconds(m.measured_iteration_s)} (median of {m.steps} steps after {m.warmup} "
@@ -80,9 +84,15 @@ def _print(m: Measurement, path: Path, chart: Path | None) -> None:
         pred = m.predicted_energy_j_per_iteration
         vs = f"; predicted {pred:.3g} J" if pred is not None else ""
         console.print(
-            f"energy per iteration {m.energy_j_per_iteration:.3g} J, {m.energy_source}{vs} "
-            "(plan devices only; devices the plan leaves out are not counted)"
+            f"energy per iteration of the plan's devices {m.energy_j_per_iteration:.3g} J, "
+            f"{m.energy_source}{vs}"
         )
+        if idle[1]:
+            idle_j = idle[0] * m.measured_iteration_s
+            console.print(
+                f"  + {idle_j:.3g} J idle power of the {idle[1]} cluster device(s) the plan leaves "
+                f"out (modelled) = {m.energy_j_per_iteration + idle_j:.3g} J per iteration"
+            )
     first = m.first_step
     console.print(
         f"losses (global-batch mean, steps {first}..{first + len(m.loss) - 1}): {_losses(m.loss)}"
@@ -107,7 +117,7 @@ def _pred_mem(r: Any) -> str:
     return f"{fmt_bytes(r.predicted_memory_bytes)} ({100 * err:+.0f}%)"
 
 
-def _json(m: Measurement, path: Path, chart: Path | None) -> dict[str, Any]:
+def _json(m: Measurement, path: Path, chart: Path | None, idle_w: float) -> dict[str, Any]:
     data: dict[str, Any] = {
         "predicted_iteration_s": m.predicted_iteration_s,
         "measured_iteration_s": m.measured_iteration_s,
@@ -123,6 +133,7 @@ def _json(m: Measurement, path: Path, chart: Path | None) -> dict[str, Any]:
         "predicted_energy_j_per_iteration": m.predicted_energy_j_per_iteration,
         "energy_source": m.energy_source,
         "checkpoint": m.checkpoint,
+        "idle_w_of_unused_devices": idle_w,
         "ranks": [{**to_data(r), "memory_error": memory_error(r)} for r in m.ranks],
         "file": str(path),
         "trace_chart": None if chart is None else str(chart),
@@ -166,6 +177,9 @@ def train_cmd(
         typer.Option(help="Start from a checkpoint (a step folder, or a --checkpoint directory)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of initial weights and data order.")] = 0,
+    lr: Annotated[
+        float | None, typer.Option(help="Learning rate (default: 0.01 for SGD, 1e-3 for Adam).")
+    ] = None,
 ) -> None:
     """Run a plan for real with torch.distributed: train on synthetic batches or your data,
     checkpoint and resume (under any plan); print measured vs predicted iteration time, energy,
@@ -180,7 +194,7 @@ def train_cmd(
     if print_commands:
         cmds = torchrun_commands(
             plan, clus, plan_path=plan_file, cluster_path=cluster, steps=steps, warmup=warmup,
-            out=out,
+            out=out, extra=_worker_options(data, checkpoint, checkpoint_every, resume, seed, lr),
         )  # fmt: skip
         for line in cmds:
             typer.echo(line)
@@ -195,6 +209,7 @@ def train_cmd(
             checkpoint_dir=checkpoint,
             checkpoint_every=checkpoint_every,
             log_dir=Path(logs),
+            lr=lr,
         )
         check_training(plan, training)
         with ProgressLine(
@@ -225,9 +240,11 @@ def train_cmd(
     path = save_measurement(measured, path)
     fits = _record_power(measured, clus)
     if as_json:
-        print_json(_json(measured, path, chart) | {"step_log": str(step_log)})
+        report = _json(measured, path, chart, idle_watts(plan, clus))
+        print_json(report | {"step_log": str(step_log)})
     else:
-        _print(measured, path, chart)
+        unused = len(clus.devices) - len(set(plan.devices))
+        _print(measured, path, chart, (idle_watts(plan, clus), unused))
         console.print(f"step log: {step_log}")
         for line in fits:
             console.print(line)
@@ -244,6 +261,26 @@ def _record_power(m: Measurement, cluster: Cluster) -> list[str]:
                 f"{fit.idle_w:.0f} W, max {fit.max_w:.0f} W"
             )
     return lines
+
+
+def _worker_options(
+    data: str | None,
+    checkpoint: Path | None,
+    every: int,
+    resume: Path | None,
+    seed: int,
+    lr: float | None,
+) -> list[str]:
+    """The training options of ``train`` as ``python -m hetplan.run.worker`` takes them."""
+    out = ["--seed", str(seed)] if seed else []
+    for flag, value in (("--data", data), ("--checkpoint", checkpoint), ("--resume", resume)):
+        if value is not None:
+            out += [flag, str(value)]
+    if every:
+        out += ["--checkpoint-every", str(every)]
+    if lr is not None:
+        out += ["--lr", repr(lr)]
+    return out
 
 
 def steps_path(measurement: Path) -> Path:

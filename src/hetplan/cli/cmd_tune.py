@@ -178,6 +178,9 @@ def tune_cmd(
     profiles: ProfilesOpt = None,
     analytical: AnalyticalOpt = False,
     seed: Annotated[int, typer.Option(help="Seed of initial weights and data order.")] = 0,
+    lr: Annotated[
+        float | None, typer.Option(help="Learning rate (default: 0.01 for SGD, 1e-3 for Adam).")
+    ] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before one run is killed.")] = 600.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
@@ -200,9 +203,11 @@ def tune_cmd(
     settings = TuneSettings(
         objective=opts.objective, limits=opts.limits, steps=steps, warmup=warmup,
         trial_steps=trial_steps, rel_halfwidth=precision, seed=seed, data=data, resume=resume,
-        timeout_s=timeout, iterations=iterations, log_dir=None,
+        timeout_s=timeout, iterations=iterations, log_dir=None, lr=lr,
     )  # fmt: skip
-    check_training(cands[0].plan, Training(data=data, resume=resume, checkpoint_dir=checkpoint))
+    check_training(
+        cands[0].plan, Training(data=data, resume=resume, checkpoint_dir=checkpoint, lr=lr)
+    )
     with tempfile.TemporaryDirectory(prefix="hetplan-tune-") as tmp:
         state = checkpoint if checkpoint is not None else Path(tmp) / "state"
         settings = dataclasses.replace(settings, log_dir=Path(tmp) / "steps")

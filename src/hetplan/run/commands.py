@@ -46,11 +46,14 @@ def torchrun_commands(
     steps: int = 10,
     warmup: int = 3,
     out: Path | None = None,
+    extra: list[str] | None = None,
 ) -> list[str]:
     """One ``torchrun ... -m hetplan.run.worker ...`` command per node, in node-rank order.
 
     ``master_addr`` defaults to the first node's name (reachable under that name from the
-    others). The plan and cluster files must exist at the same paths on every node.
+    others). The plan and cluster files must exist at the same paths on every node (and the
+    data file, and a checkpoint directory on a shared file system). ``extra``: more worker
+    options (``--data``, ``--checkpoint``, ``--resume``, ``--seed``, ``--lr``).
     """
     layout = node_layout(plan, cluster)
     host = master_addr or layout[0][0]
@@ -58,6 +61,7 @@ def torchrun_commands(
     worker += ["--steps", str(steps), "--warmup", str(warmup)]
     if out is not None:
         worker += ["--out", str(out)]
+    worker += extra or []
     commands = []
     for rank, (_node, count) in enumerate(layout):
         args = ["torchrun", "--nnodes", str(len(layout)), "--node-rank", str(rank)]

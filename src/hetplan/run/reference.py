@@ -28,13 +28,14 @@ def reference_run(
     *,
     data: str | None = None,
     resume: Path | None = None,
+    lr: float | None = None,
 ) -> tuple[list[float], dict[str, torch.Tensor]]:
     """(global-batch mean loss of every step, every parameter's gradient at the first step),
     from the start or from checkpoint folder ``resume``, on synthetic data or ``data``."""
     from hetplan.run.worker import make_optimizer  # noqa: PLC0415 (worker imports this module)
 
     model = source.build(seed, "cpu")
-    optimizer = make_optimizer(plan.optimizer, list(model.parameters()))
+    optimizer = make_optimizer(plan.optimizer, list(model.parameters()), lr)
     scaler = LossScaler(plan.model.dtype == "fp16")
     start = CheckpointInfo(step=0, position=0, seed=seed, model="", optimizer="")
     if resume is not None:

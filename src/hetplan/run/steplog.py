@@ -232,6 +232,7 @@ def _summarise(step: int, records: list[Mapping[str, Any]]) -> StepSummary:
                 "rank": int(r["rank"]),
                 "step_s": float(r["step_s"]),
                 "peak_memory_bytes": r.get("peak_memory_bytes"),
+                "energy_j": r.get("energy_j"),
             }
             for r in records
         ],

@@ -56,6 +56,9 @@ class Training:
     """Where ranks write their per-step JSON lines (:mod:`hetplan.run.steplog`)."""
     trial: StopRule | None = None
     """Stop early by this rule (``hetplan tune``'s trials)."""
+    lr: float | None = None
+    """Learning rate (None: the optimizer's default, :data:`hetplan.run.worker.SGD_LR` /
+    :data:`~hetplan.run.worker.ADAM_LR`)."""
 
 
 def check_training(plan: Plan, training: Training) -> Path | None:
@@ -63,6 +66,8 @@ def check_training(plan: Plan, training: Training) -> Path | None:
     returns the checkpoint folder to resume from."""
     if training.data is not None:
         load_data(training.data)
+    if training.lr is not None and not training.lr > 0:
+        raise InputError(f"--lr must be > 0 (got {training.lr:g})")
     if training.checkpoint_every < 0:
         raise InputError(f"--checkpoint-every must be >= 0 (got {training.checkpoint_every})")
     if training.checkpoint_dir is not None:
@@ -141,6 +146,7 @@ def run_plan(
         "checkpoint_every": train.checkpoint_every,
         "log_dir": None if train.log_dir is None else str(train.log_dir),
         "trial": train.trial,
+        "lr": train.lr,
     }
     return launch_local(
         ENTRY,

@@ -100,6 +100,8 @@ class TuneSettings:
     timeout_s: float = 600.0
     iterations: float = 1.0
     """Iterations per epoch, for limits set per epoch (deadline, budget); 1: per iteration."""
+    lr: float | None = None
+    """Learning rate (None: the optimizer's default)."""
     log_dir: Path | None = None
     """Where run ``i`` (trials, then the final run) logs its steps: ``log_dir / str(i)``."""
 

@@ -19,7 +19,13 @@ from torch import nn
 from hetplan.cluster import load_cluster
 from hetplan.plan.types import Plan
 from hetplan.run._rank import rank_main
-from hetplan.run.checkpoint import CheckpointInfo, load_checkpoint, save_checkpoint, step_seed
+from hetplan.run.checkpoint import (
+    CheckpointInfo,
+    find_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    step_seed,
+)
 from hetplan.run.data import DatasetFeed, Feed, make_feed
 from hetplan.run.energy import EnergyMeter, meter_for
 from hetplan.run.executor import Executor
@@ -34,19 +40,21 @@ from hetplan.run.steplog import StepLogWriter
 from hetplan.run.trial import StopRule
 from hetplan.serde import load_file
 
-# Learning rates of the optimizers. The runtime measures speed, not convergence: any fixed,
-# stable value does; these are the usual defaults of SGD and Adam in the papers' set-ups.
+# Default learning rates (``--lr`` overrides them): the usual defaults of SGD and Adam in the
+# papers' set-ups, stable for the zoo's models.
 SGD_LR = 0.01  # dimensionless
 MOMENTUM = 0.9  # dimensionless
 ADAM_LR = 1e-3  # dimensionless
 COLLECTIVE_TIMEOUT_S = 300.0  # seconds a collective may wait before failing the run
 
 
-def make_optimizer(name: str, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+def make_optimizer(
+    name: str, params: list[nn.Parameter], lr: float | None = None
+) -> torch.optim.Optimizer:
     if name == "adam":
-        return torch.optim.Adam(params, lr=ADAM_LR)
+        return torch.optim.Adam(params, lr=ADAM_LR if lr is None else lr)
     momentum = MOMENTUM if name == "momentum" else 0.0
-    return torch.optim.SGD(params, lr=SGD_LR, momentum=momentum)
+    return torch.optim.SGD(params, lr=SGD_LR if lr is None else lr, momentum=momentum)
 
 
 def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
@@ -55,7 +63,7 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     Payload keys: ``plan``, ``source``, ``seed``, ``steps``, ``warmup``, and optionally ``data``
     (a data function reference), ``resume`` (a checkpoint folder), ``checkpoint_dir`` with
     ``checkpoint_every`` (0: only at the end), ``log_dir`` (per-step JSON lines), ``trial``
-    (a :class:`~hetplan.run.trial.StopRule`) and ``return_grads``.
+    (a :class:`~hetplan.run.trial.StopRule`), ``lr`` (learning rate) and ``return_grads``.
     """
     plan: Plan = payload["plan"]
     source: ModelSource = payload["source"]
@@ -70,7 +78,8 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     if setup.ties is not None:
         setup.ties.group = groups.ties
     module = setup.module
-    optimizer = make_optimizer(plan.optimizer, [p for p in module.parameters() if p.requires_grad])
+    trainable = [p for p in module.parameters() if p.requires_grad]
+    optimizer = make_optimizer(plan.optimizer, trainable, payload.get("lr"))
     start = _resume(payload, setup, optimizer, groups, seed)
     feed = make_feed(
         plan,
@@ -304,8 +313,8 @@ def train_and_gather(ctx: RankContext, payload: dict[str, Any]) -> list[Any] | N
     return gathered
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry of one rank under ``torchrun`` (see :func:`hetplan.run.commands`)."""
+def build_parser() -> argparse.ArgumentParser:
+    """The options of ``python -m hetplan.run.worker`` (what ``train --print-commands`` writes)."""
     parser = argparse.ArgumentParser(prog="python -m hetplan.run.worker")
     parser.add_argument("--plan", type=Path, required=True)
     parser.add_argument("--cluster", type=Path, required=True)
@@ -313,7 +322,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--rdzv-timeout", type=float, default=300.0)
-    args = parser.parse_args(argv)
+    parser.add_argument("--data", default=None)
+    parser.add_argument("--checkpoint", default=None)
+    parser.add_argument("--checkpoint-every", type=int, default=0)
+    parser.add_argument("--resume", default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry of one rank under ``torchrun`` (see :func:`hetplan.run.commands`)."""
+    args = build_parser().parse_args(argv)
     plan = load_file(Plan, args.plan)
     cluster = load_cluster(args.cluster)
     payload = {
@@ -321,6 +341,12 @@ def main(argv: list[str] | None = None) -> int:
         "source": source_for(plan.model),
         "steps": args.steps,
         "warmup": args.warmup,
+        "data": args.data,
+        "checkpoint_dir": args.checkpoint,
+        "checkpoint_every": args.checkpoint_every,
+        "resume": None if args.resume is None else str(find_checkpoint(Path(args.resume))),
+        "seed": args.seed,
+        "lr": args.lr,
     }
     cpus = [cluster.device(d).cpus for d in plan.devices]
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
