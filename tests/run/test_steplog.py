@@ -120,6 +120,7 @@ def _two_pipelines(directory: Path) -> None:
                     "loss": {1: 0.25, 3: 0.5}.get(rank),
                     "samples": 8 if last else 0,
                     "peak_memory_bytes": 1000 * (rank + 1),
+                    "energy_j": 2.0 if rank == 0 else None,
                     "timed": True,
                 }
             )
@@ -138,10 +139,10 @@ def test_complete_steps_sum_losses_and_samples(tmp_path: Path) -> None:
     assert s.samples_per_s == pytest.approx(64.0)  # 16 / 0.25
     assert s.timed
     assert s.ranks == [
-        {"rank": 0, "step_s": 0.2, "peak_memory_bytes": 1000},
-        {"rank": 1, "step_s": 0.25, "peak_memory_bytes": 2000},
-        {"rank": 2, "step_s": 0.1, "peak_memory_bytes": 3000},
-        {"rank": 3, "step_s": 0.15, "peak_memory_bytes": 4000},
+        {"rank": 0, "step_s": 0.2, "peak_memory_bytes": 1000, "energy_j": 2.0},
+        {"rank": 1, "step_s": 0.25, "peak_memory_bytes": 2000, "energy_j": None},
+        {"rank": 2, "step_s": 0.1, "peak_memory_bytes": 3000, "energy_j": None},
+        {"rank": 3, "step_s": 0.15, "peak_memory_bytes": 4000, "energy_j": None},
     ]
     # With a world of 3 (rank 3's log ignored) step 11 is complete too: no loss, no samples.
     assert [(x.step, x.loss, x.samples) for x in complete_steps(records, 3)] == [
