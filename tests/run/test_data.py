@@ -3,6 +3,7 @@ pipeline's share of a step, resuming at a stream position, the loss, and the err
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -366,3 +367,35 @@ def test_example_stream_loads() -> None:
     inputs, labels = load_data(f"{EXAMPLE}:dataset").dataset.tensors
     assert torch.equal(y, labels[13:16])
     torch.testing.assert_close(x, inputs[13:16], atol=1e-6, rtol=0)
+
+
+def test_a_map_style_dataset_loads_only_the_share_a_rank_takes(tmp_path: Path) -> None:
+    """Pipeline 1 of a [5, 3] split at step 2 reads 3 samples, not the 13 before them."""
+    (tmp_path / "counted.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch.utils.data import Dataset
+
+            READS = []
+
+            class Counted(Dataset):
+                def __len__(self):
+                    return 16
+
+                def __getitem__(self, i):
+                    READS.append(i)
+                    return torch.tensor([float(i)]), torch.tensor(i)
+
+            def counted():
+                return Counted()
+            """
+        )
+    )
+    ref = f"{tmp_path / 'counted.py'}:counted"
+    feed = _feed(ref, (5, 3))
+    module = sys.modules[type(data_mod.load_data(ref).dataset).__module__]
+    module.READS.clear()
+    _, y = feed.batch(2, 1, "cpu")
+    assert len(module.READS) == 3
+    assert sorted(module.READS) == sorted(y.tolist())

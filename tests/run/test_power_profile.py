@@ -6,7 +6,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
@@ -21,37 +20,44 @@ from hetplan.run.train import gpu_power_points
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "local-cpu-hetero.yaml"
 IDLE_W = 10.0  # the fake counter's watts at rest
-CPU_W = 40.0  # and its extra watts per busy core
+LOAD_W = 40.0  # and its extra watts while the load runs
 
 
-class CpuTimeMeter:
-    """A counter that behaves like a power meter: IDLE_W always, plus CPU_W per second of this
-    process's CPU time (a busy loop raises it, sleeping does not)."""
+class FakeDevice:
+    """A device and its energy counter: IDLE_W always, plus LOAD_W for every second spent in
+    ``work`` (independent of how busy the test machine is)."""
 
     name = "fake"
-    scope = "this process"
+    scope = "a fake device"
 
     def __init__(self) -> None:
-        self.t0, self.c0 = time.perf_counter(), time.process_time()
+        self.t0 = time.perf_counter()
+        self.busy_s = 0.0
 
     def read_j(self) -> float:
-        return IDLE_W * (time.perf_counter() - self.t0) + CPU_W * (time.process_time() - self.c0)
+        return IDLE_W * (time.perf_counter() - self.t0) + LOAD_W * self.busy_s
+
+    def work(self) -> None:
+        start = time.perf_counter()
+        time.sleep(0.01)
+        self.busy_s += time.perf_counter() - start
 
 
 def test_measured_points_separate_rest_from_load() -> None:
-    torch.set_num_threads(1)  # one busy core: CPU_W extra under load
-    points = measure_power_points("cpu", 1.0, meter=CpuTimeMeter())
+    dev = FakeDevice()
+    points = measure_power_points("cpu", 1.0, meter=dev, load=dev.work)
     (u0, rest), (u1, busy) = points
     assert (u0, u1) == (0.0, 1.0)
-    assert rest == pytest.approx(IDLE_W, abs=3.0)
-    assert busy == pytest.approx(IDLE_W + CPU_W, rel=0.25)
+    assert rest == pytest.approx(IDLE_W, rel=1e-3)  # two clock reads apart
+    # The loop spends nearly all its time in work(): between 90% and 100% of LOAD_W on top.
+    assert IDLE_W + 0.9 * LOAD_W <= busy <= (IDLE_W + LOAD_W) * 1.001
 
 
 def test_no_counter_is_an_input_error_with_the_reason() -> None:
     with pytest.raises(InputError, match="no energy counter"):
         measure_power_points("tpu:0", 1.0)
     with pytest.raises(InputError, match="--seconds"):
-        measure_power_points("cpu", 0.1, meter=CpuTimeMeter())
+        measure_power_points("cpu", 0.1, meter=FakeDevice())
 
 
 def test_points_accumulate_and_refit(tmp_path: Path) -> None:

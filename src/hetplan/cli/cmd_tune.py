@@ -231,11 +231,11 @@ def _run(
     logs = settings.log_dir
     with contextlib.ExitStack() as stack:
 
-        def on_trial(i: int, cand: Candidate) -> Callable[[], None] | None:
+        def on_trial(i: int, cand: Candidate, steps: int) -> Callable[[], None] | None:
             stack.close()  # the previous run's line
             what = f"trial {i + 1}/{len(cands)}" if i < len(cands) else "training"
             line = ProgressLine(
-                logs / str(i), len(cand.plan.devices), settings.steps, enabled=not quiet,
+                logs / str(i), len(cand.plan.devices), steps, enabled=not quiet,
                 label=f"{what}: {cand.label}",
             )  # fmt: skip
             stack.enter_context(line)

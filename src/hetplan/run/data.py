@@ -111,13 +111,19 @@ class _Stream:
         self.ref = ref
         self.iterable = isinstance(data.dataset, IterableDataset)
         self._pos = 0
+        self._epoch_order: tuple[int, list[int]] = (-1, [])
         self._it: Iterator[Any] = self._samples()
 
     def __iter__(self) -> Iterator[Any]:
         return self._it
 
     def take(self, start: int, count: int) -> list[Any]:
-        """Samples ``[start, start + count)`` of the stream."""
+        """Samples ``[start, start + count)`` of the stream. A map-style dataset loads only
+        those (by index); an iterable one is read forward to ``start``."""
+        if not self.iterable:
+            ds = self.data.dataset
+            size = len(ds)
+            return [ds[self._order(q // size)[q % size]] for q in range(start, start + count)]
         if start < self._pos:
             self._pos, self._it = 0, self._samples()
         while self._pos < start:
@@ -143,9 +149,18 @@ class _Stream:
         if self.iterable:
             yield from ds
             return
-        gen = torch.Generator().manual_seed(self.seed * SEED_STRIDE + epoch)
-        for i in torch.randperm(len(ds), generator=gen).tolist():
+        for i in self._order(epoch):
             yield ds[i]
+
+    def _order(self, epoch: int) -> list[int]:
+        """The permutation of a map-style dataset's indices in ``epoch`` (the last one kept)."""
+        if self._epoch_order[0] != epoch:
+            gen = torch.Generator().manual_seed(self.seed * SEED_STRIDE + epoch)
+            self._epoch_order = (
+                epoch,
+                torch.randperm(len(self.data.dataset), generator=gen).tolist(),
+            )
+        return self._epoch_order[1]
 
 
 class Feed(Protocol):

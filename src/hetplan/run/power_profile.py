@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,11 +79,11 @@ def record_power_points(
     return fit
 
 
-def _window_w(meter: EnergyMeter, seconds: float, work: object = None) -> float:
+def _window_w(meter: EnergyMeter, seconds: float, work: Callable[[], None] | None = None) -> float:
     """Average watts over ``seconds`` of sleeping (``work`` None) or of running ``work``."""
     start_j, start = meter.read_j(), time.perf_counter()
     while time.perf_counter() - start < seconds:
-        if callable(work):
+        if work is not None:
             work()
         else:
             time.sleep(min(0.05, seconds))
@@ -91,10 +91,13 @@ def _window_w(meter: EnergyMeter, seconds: float, work: object = None) -> float:
 
 
 def measure_power_points(
-    device: str, seconds: float = 5.0, meter: EnergyMeter | None = None
+    device: str,
+    seconds: float = 5.0,
+    meter: EnergyMeter | None = None,
+    load: Callable[[], None] | None = None,
 ) -> list[tuple[float, float]]:
-    """(0, idle watts) and (1, watts under a matmul loop) of ``device``; InputError naming the
-    reason when the device has no energy counter."""
+    """(0, idle watts) and (1, watts under ``load``, by default a matmul loop) of ``device``;
+    InputError naming the reason when the device has no energy counter."""
     if seconds < MIN_SPAN_S:
         raise InputError(f"--seconds must be >= {MIN_SPAN_S:g} (counters update slowly)")
     if meter is None:
@@ -104,6 +107,12 @@ def measure_power_points(
                 f"{device}: no energy counter ({why}); the power model keeps the catalog's "
                 "idle and max watts"
             )
+    idle = _window_w(meter, seconds)
+    busy = _window_w(meter, seconds, load or _matmul_loop(device))
+    return [(0.0, idle), (1.0, busy)]
+
+
+def _matmul_loop(device: str) -> Callable[[], None]:
     a = torch.randn(LOAD_MATRIX, LOAD_MATRIX, device=device)
 
     def load() -> None:
@@ -111,9 +120,7 @@ def measure_power_points(
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
-    idle = _window_w(meter, seconds)
-    busy = _window_w(meter, seconds, load)
-    return [(0.0, idle), (1.0, busy)]
+    return load
 
 
 def with_power_fits(cluster: Cluster, directory: Path | None = None) -> tuple[Cluster, list[str]]:

@@ -154,13 +154,13 @@ def tune(
     state_dir: Path,
     *,
     source: ModelSource | None = None,
-    on_trial: Callable[[int, Candidate], Callable[[], None] | None] | None = None,
+    on_trial: Callable[[int, Candidate, int], Callable[[], None] | None] | None = None,
 ) -> TuneResult:
     """Run every candidate's trial, choose the best measured, train the remaining steps.
 
     ``state_dir`` receives each trial's checkpoint (``trial-<i>``) and the final one
-    (``final``). ``on_trial(i, candidate)`` is told when a trial starts and may return a tick
-    callback for the run (progress display)."""
+    (``final``). ``on_trial(i, candidate, most_steps)`` is told when a run starts (trials, then
+    the final one) and may return a tick callback for it (progress display)."""
     if not candidates:
         raise InputError("tune: no candidate plans to try")
     trial_budget(len(candidates), settings)
@@ -174,7 +174,7 @@ def tune(
             rel_halfwidth=settings.rel_halfwidth, min_timed=settings.min_timed, best_s=best
         )
         ckpt = state_dir / f"trial-{i}"
-        tick = on_trial(i, cand) if on_trial is not None else None
+        tick = on_trial(i, cand, timed + settings.warmup) if on_trial is not None else None
         m = _run(cand.plan, cluster, settings, timed, resume, ckpt, rule, source, tick, i)
         steps = m.warmup + m.steps
         used += steps
@@ -185,9 +185,10 @@ def tune(
     result.predicted_scores = settings.objective.scores([t.predicted for t in trials])
     remaining = settings.steps - used
     if remaining > 0:
-        tick = on_trial(len(trials), trials[chosen].candidate) if on_trial is not None else None
+        winner = trials[chosen].candidate
+        tick = on_trial(len(trials), winner, remaining) if on_trial is not None else None
         final = _run(
-            trials[chosen].candidate.plan, cluster, settings, remaining, resume,
+            winner.plan, cluster, settings, remaining, resume,
             state_dir / "final", None, source, tick, len(trials), warmup=0,
         )  # fmt: skip
         result.final = final
