@@ -40,7 +40,7 @@ def test_cpu_ranks_metered_once_per_node_by_rapl() -> None:
         _raw(1, "b", "cpu", [], None),
     ]
     m = summarize(_plan(["a", "b"]), raw, warmup=1)
-    assert m.energy_j_per_iteration == 6.0  # median of 5, 7, 6 (timed steps)
+    assert m.energy_j_per_iteration == 6.0  # (5 + 7 + 6) / 3 timed steps
     assert m.energy_source == "measured (rapl)"
 
 
@@ -50,7 +50,7 @@ def test_gpu_ranks_each_metered_add_up() -> None:
         _raw(1, "b", "cuda:1", [0.0, 50.0, 40.0, 60.0], "nvml"),
     ]
     m = summarize(_plan(["a", "b"]), raw, warmup=1)
-    assert m.energy_j_per_iteration == 150.0  # median of 150, 150, 180
+    assert m.energy_j_per_iteration == 160.0  # (150 + 150 + 180) / 3: the window's advance
 
 
 def test_a_gap_in_the_meters_falls_back_to_the_model() -> None:

@@ -77,7 +77,9 @@ def find_checkpoint(path: Path) -> Path:
         target = path / latest.read_text().strip()
         if (target / INFO).is_file():
             return target
-        raise InputError(f"--resume {path}: 'latest' names {target.name}, which is incomplete")
+    complete = sorted(p for p in path.glob("step-*") if (p / INFO).is_file())
+    if complete:  # no pointer, or one caught between renames: the newest complete checkpoint
+        return complete[-1]
     raise InputError(f"--resume {path}: no checkpoint there (expected {LATEST} or {INFO})")
 
 
@@ -131,7 +133,9 @@ def save_checkpoint(
     if distributed:
         dist.barrier(group=group)
     state = _model_state(module, canonical) | _optim_state(module, optimizer, canonical)
-    dcp.save(state, checkpoint_id=tmp, process_group=group, no_dist=not distributed)
+    with warnings.catch_warnings():  # DCP warns that a single process saves without a group
+        warnings.simplefilter("ignore", UserWarning)
+        dcp.save(state, checkpoint_id=tmp, process_group=group)
     if rank != 0:
         return None
     if os.environ.get(FAULT_ENV) == str(info.step):
@@ -140,21 +144,38 @@ def save_checkpoint(
 
 
 def _publish(directory: Path, tmp: Path, info: CheckpointInfo) -> Path:
+    """Rename the written folder into place, then point ``latest`` at it. A step saved again
+    (a second run into the same directory) moves the old copy aside first and deletes it only
+    once ``latest`` names the new one; :func:`find_checkpoint` falls back to the newest complete
+    folder if a crash falls between the two renames."""
     with open(tmp / INFO, "w") as f:
         json.dump(asdict(info), f, indent=1)
         f.flush()
         os.fsync(f.fileno())
     final = step_dir(directory, info.step)
-    if final.exists():  # the same step saved again (a resumed run): replace it
-        old = directory / f".old-{final.name}"
+    old = directory / f".old-{final.name}"
+    if final.exists():
         shutil.rmtree(old, ignore_errors=True)
         final.rename(old)
-        shutil.rmtree(old, ignore_errors=True)
     tmp.rename(final)
     pointer = directory / f".{LATEST}.tmp"
-    pointer.write_text(final.name + "\n")
+    with open(pointer, "w") as f:
+        f.write(final.name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     pointer.replace(directory / LATEST)
+    _fsync_dir(directory)
+    shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the renames durable (POSIX: a rename is on disk once its directory is synced)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def load_checkpoint(
@@ -175,6 +196,13 @@ def load_checkpoint(
             f"--resume {path}: no {missing[0][len('model/') :]} in the checkpoint "
             f"(it was taken of {info.model}; {len(missing)} tensors missing)"
         )
+    for key, t in state.items():
+        meta = stored[key]
+        if isinstance(meta, TensorStorageMetadata) and tuple(meta.size) != tuple(t.shape):
+            raise InputError(
+                f"--resume {path}: {key[len('model/') :]} has shape {tuple(meta.size)} in the "
+                f"checkpoint, {tuple(t.shape)} in the model (taken of another model?)"
+            )
     slots: list[tuple[nn.Parameter, str, str]] = []
     for name, p in _named_params(module, canonical):
         prefix = f"optim/{name}/"
@@ -184,10 +212,9 @@ def load_checkpoint(
                 device = "cpu" if scalar else p.device
                 state[key] = torch.empty(meta.size, dtype=meta.properties.dtype, device=device)
                 slots.append((p, key[len(prefix) :], key))
-    distributed = dist.is_initialized()
     with warnings.catch_warnings():  # DCP warns that a single process loads without a group
         warnings.simplefilter("ignore", UserWarning)
-        dcp.load(state, checkpoint_id=path, process_group=group, no_dist=not distributed)
+        dcp.load(state, checkpoint_id=path, process_group=group)
     optimizer.state.clear()
     for p, slot, key in slots:
         optimizer.state.setdefault(p, {})[slot] = state[key]

@@ -112,6 +112,7 @@ class _Stream:
         self.iterable = isinstance(data.dataset, IterableDataset)
         self._pos = 0
         self._epoch_order: tuple[int, list[int]] = (-1, [])
+        self._last: tuple[tuple[int, int], list[Any]] = ((-1, 0), [])
         self._it: Iterator[Any] = self._samples()
 
     def __iter__(self) -> Iterator[Any]:
@@ -124,6 +125,8 @@ class _Stream:
             ds = self.data.dataset
             size = len(ds)
             return [ds[self._order(q // size)[q % size]] for q in range(start, start + count)]
+        if (start, count) == self._last[0]:  # the first stage's set-up reads step 0 twice
+            return self._last[1]
         if start < self._pos:
             self._pos, self._it = 0, self._samples()
         while self._pos < start:
@@ -131,6 +134,7 @@ class _Stream:
             self._pos += 1
         out = [next(self._it) for _ in range(count)]
         self._pos += count
+        self._last = ((start, count), out)
         return out
 
     def _samples(self) -> Iterator[Any]:

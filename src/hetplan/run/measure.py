@@ -63,7 +63,7 @@ class RankFigures:
     actions: list[ActionSpan] = field(default_factory=list)
     """Forward and backward spans of the last timed step (see :class:`ActionSpan`)."""
     energy_j: float | None = None
-    """Median over timed steps of this rank's meter reading per step, joules (None: no meter;
+    """This rank's meter advance per timed step (over the window), joules (None: no meter;
     a RAPL reading covers the node's CPU packages, an NVML one this rank's GPU)."""
     energy_source: str | None = None
     """``nvml`` or ``rapl`` where the rank read a meter."""
@@ -99,7 +99,8 @@ class Measurement:
     checkpoint: str | None = None
     """The checkpoint written at the end of the run, if any."""
     energy_j_per_iteration: float | None = None
-    """Median over timed steps of the energy of one iteration, joules (all plan devices)."""
+    """Energy of one iteration, joules (all plan devices): the meters' advance over the timed
+    steps divided by their number."""
     predicted_energy_j_per_iteration: float | None = None
     """The prediction's energy per iteration (plan devices only), joules."""
     energy_source: str = ""
@@ -151,8 +152,8 @@ def _measured_energy(raw: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     if not per_step:
         return {}
     sources = sorted({str(r["energy_source"]) for r in metered})
-    return {
-        "energy_j_per_iteration": statistics.median(per_step),
+    return {  # the counters' advance over the timed window, per step (see _window_energy)
+        "energy_j_per_iteration": statistics.fmean(per_step),
         "energy_source": f"measured ({', '.join(sources)})",
     }
 
@@ -185,11 +186,17 @@ def _rank_figures(r: dict[str, Any], warmup: int, origin: float = 0.0) -> RankFi
         peak_memory_bytes=int(r["peak_memory_bytes"]),
         memory_source=r["memory_source"],
         actions=[_span(a, origin) for a in r.get("actions", [])],
-        energy_j=float(statistics.median(r["energy_j"][warmup:]))
-        if r.get("energy_j", [])[warmup:]
-        else None,
+        energy_j=_window_energy(r.get("energy_j", []), warmup),
         energy_source=r.get("energy_source"),
     )
+
+
+def _window_energy(per_step: list[float], warmup: int) -> float | None:
+    """Joules per timed step: the meter's advance over the whole timed window divided by its
+    steps. Not a median of steps: counters update every 10-100 ms (NVML, RAPL), so a short
+    step reads 0 J or a whole update period, and only the sum over many steps is right."""
+    timed = per_step[warmup:]
+    return statistics.fmean(timed) if timed else None
 
 
 def _span(a: list[Any], origin: float) -> ActionSpan:

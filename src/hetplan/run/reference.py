@@ -42,7 +42,12 @@ def reference_run(
         start = load_checkpoint(resume, model, optimizer, canonical_names(model))
         scaler.scale = start.loss_scale if scaler.enabled else 1.0
     feed = make_feed(
-        plan, source, data=data, seed=seed, start_step=start.step, start_position=start.position
+        plan,
+        source,
+        data=data,
+        seed=start.seed,
+        start_step=start.step,
+        start_position=start.position,
     )
     losses: list[float] = []
     grads: dict[str, torch.Tensor] = {}

@@ -26,9 +26,10 @@ from hetplan.cost import power as pw
 from hetplan.errors import InputError
 from hetplan.plan.objective import Limits, Metrics, Objective
 from hetplan.plan.types import Plan
+from hetplan.run.launch import RunError
 from hetplan.run.measure import Measurement, with_prediction
-from hetplan.run.model import ModelSource
-from hetplan.run.train import Training, measure_plan, with_energy
+from hetplan.run.model import ModelSource, source_for
+from hetplan.run.train import Training, check_plan, measure_plan, with_energy
 from hetplan.run.trial import DEFAULT_MIN_TIMED, DEFAULT_REL_HALFWIDTH, StopRule
 
 TIME_METRICS = ("time", "throughput")
@@ -160,40 +161,70 @@ def tune(
 
     ``state_dir`` receives each trial's checkpoint (``trial-<i>``) and the final one
     (``final``). ``on_trial(i, candidate, most_steps)`` is told when a run starts (trials, then
-    the final one) and may return a tick callback for it (progress display)."""
+    the final one) and may return a tick callback for it (progress display). A trial that
+    fails (out of memory, a dead rank) loses its candidate: its steps are not counted, and the
+    next trial resumes the state before it. RunError if every trial fails."""
     if not candidates:
         raise InputError("tune: no candidate plans to try")
     trial_budget(len(candidates), settings)
+    for cand in candidates:  # every candidate runnable here, before anything runs
+        check_plan(cand.plan, cluster, source or source_for(cand.plan.model))
     trials: list[Trial] = []
+    failed: list[str] = []
     resume = settings.resume
     used = 0
     for i, cand in enumerate(candidates):
         timed = _trial_length(settings, len(candidates) - i, settings.steps - used)
-        best = _best_time(trials, settings)
         rule = StopRule(
-            rel_halfwidth=settings.rel_halfwidth, min_timed=settings.min_timed, best_s=best
+            rel_halfwidth=settings.rel_halfwidth,
+            min_timed=settings.min_timed,
+            best_s=_best_time(trials, settings),
         )
-        ckpt = state_dir / f"trial-{i}"
+        spec = _RunSpec(
+            plan=cand.plan, timed=timed, warmup=settings.warmup, resume=resume,
+            checkpoint=state_dir / f"trial-{i}", rule=rule, index=i,
+        )  # fmt: skip
         tick = on_trial(i, cand, timed + settings.warmup) if on_trial is not None else None
-        m = _run(cand.plan, cluster, settings, timed, resume, ckpt, rule, source, tick, i)
-        steps = m.warmup + m.steps
-        used += steps
-        resume = Path(m.checkpoint) if m.checkpoint else ckpt
-        trials.append(_trial(cand, m, cluster, steps))
+        try:
+            m = _run(spec, cluster, settings, source, tick)
+        except RunError as err:
+            failed.append(f"trial {i + 1} ({cand.label}) failed and was dropped: {err}")
+            continue
+        used += m.warmup + m.steps
+        resume = Path(m.checkpoint) if m.checkpoint else spec.checkpoint
+        trials.append(_trial(cand, m, cluster, m.warmup + m.steps))
+    if not trials:
+        raise RunError("tune: every trial failed; " + "; ".join(failed))
     chosen, notes = _choose(trials, settings)
-    result = TuneResult(trials=trials, chosen=chosen, final=None, total_steps=used, notes=notes)
+    result = TuneResult(
+        trials=trials, chosen=chosen, final=None, total_steps=used, notes=failed + notes
+    )
     result.predicted_scores = settings.objective.scores([t.predicted for t in trials])
     remaining = settings.steps - used
     if remaining > 0:
         winner = trials[chosen].candidate
-        tick = on_trial(len(trials), winner, remaining) if on_trial is not None else None
-        final = _run(
-            winner.plan, cluster, settings, remaining, resume,
-            state_dir / "final", None, source, tick, len(trials), warmup=0,
+        spec = _RunSpec(
+            plan=winner.plan, timed=remaining, warmup=0, resume=resume,
+            checkpoint=state_dir / "final", rule=None, index=len(candidates),
         )  # fmt: skip
-        result.final = final
-        result.total_steps += final.steps + final.warmup
+        tick = on_trial(len(candidates), winner, remaining) if on_trial is not None else None
+        result.final = _run(spec, cluster, settings, source, tick)
+        result.total_steps += result.final.steps + result.final.warmup
     return result
+
+
+@dataclass(frozen=True, kw_only=True)
+class _RunSpec:
+    """One run of a tune: a trial, or the winner's remaining steps."""
+
+    plan: Plan
+    timed: int
+    warmup: int
+    resume: Path | None
+    checkpoint: Path
+    rule: StopRule | None
+    index: int
+    """Trials 0..K-1, then K for the final run (the step log's folder)."""
 
 
 def _trial_length(s: TuneSettings, left: int, steps_left: int) -> int:
@@ -213,22 +244,22 @@ def _best_time(trials: Sequence[Trial], s: TuneSettings) -> float | None:
 
 
 def _run(
-    plan: Plan,
+    spec: _RunSpec,
     cluster: Cluster,
     s: TuneSettings,
-    timed: int,
-    resume: Path | None,
-    ckpt: Path,
-    rule: StopRule | None,
     source: ModelSource | None,
     tick: Callable[[], None] | None,
-    index: int,
-    warmup: int | None = None,
 ) -> Measurement:
-    logs = None if s.log_dir is None else s.log_dir / str(index)
-    training = Training(data=s.data, resume=resume, checkpoint_dir=ckpt, trial=rule, log_dir=logs)
+    training = Training(
+        data=s.data,
+        resume=spec.resume,
+        checkpoint_dir=spec.checkpoint,
+        trial=spec.rule,
+        log_dir=None if s.log_dir is None else s.log_dir / str(spec.index),
+        lr=s.lr,
+    )
     m = measure_plan(
-        plan, cluster, source=source, steps=timed, warmup=s.warmup if warmup is None else warmup,
+        spec.plan, cluster, source=source, steps=spec.timed, warmup=spec.warmup,
         timeout_s=s.timeout_s, training=training, on_tick=tick, seed=s.seed,
     )  # fmt: skip
     return with_energy(m, cluster)

@@ -81,6 +81,7 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     trainable = [p for p in module.parameters() if p.requires_grad]
     optimizer = make_optimizer(plan.optimizer, trainable, payload.get("lr"))
     start = _resume(payload, setup, optimizer, groups, seed)
+    seed = start.seed  # a resumed run keeps its data order and random streams
     feed = make_feed(
         plan,
         source,
@@ -152,7 +153,7 @@ class _Loop:
         self.ctx, self.payload, self.plan, self.role = ctx, payload, plan, role
         self.setup, self.groups, self.feed, self.executor = setup, groups, feed, executor
         self.start = start
-        self.seed = int(payload.get("seed", 0))
+        self.seed = start.seed
         self.warmup = int(payload.get("warmup", 0))
         self.total = int(payload.get("steps", 1)) + self.warmup
         self.rule: StopRule | None = payload.get("trial")
