@@ -126,12 +126,24 @@ def test_print_commands_carry_the_training_options(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = _plan(tmp_path, "gpipe", ["v100.0", "t4.0"])
-    extra = ["--data", "d.py:fn", "--checkpoint", "ck", "--checkpoint-every", "5"]
+    data = f"{Path(__file__).resolve().parents[2]}/examples/data/blobs.py:dataset"
+    ck = str(tmp_path / "ck")
+    extra = ["--data", data, "--checkpoint", ck, "--checkpoint-every", "5"]
     extra += ["--seed", "3", "--lr", "0.05"]
     code, out, _ = _run(["train", plan, "--cluster", HETERO, "--print-commands", *extra], capsys)
     assert code == 0
     for line in out.strip().splitlines():
         worker = shlex.split(line)
         args = build_parser().parse_args(worker[worker.index("hetplan.run.worker") + 1 :])
-        assert (args.data, args.checkpoint, args.checkpoint_every) == ("d.py:fn", "ck", 5)
+        assert (args.data, args.checkpoint, args.checkpoint_every) == (data, ck, 5)
         assert (args.seed, args.lr, args.resume) == (3, 0.05, None)
+
+
+def test_print_commands_check_the_training_options_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = _plan(tmp_path, "gpipe", ["v100.0", "t4.0"])
+    argv = ["train", plan, "--cluster", HETERO, "--print-commands", "--resume", str(tmp_path)]
+    code, out, err = _run(argv, capsys)
+    assert code == 2 and out == ""
+    assert "no checkpoint there" in err

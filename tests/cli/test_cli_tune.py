@@ -109,3 +109,17 @@ def test_bad_training_inputs_are_one_line_errors(
         assert code == 2, (extra, err)
         assert words in err and "Traceback" not in err
         assert len(err.strip().splitlines()) == 1
+
+
+def test_profile_power_without_a_counter_says_why(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hetplan.run import power_profile
+
+    monkeypatch.setattr(power_profile, "meter_for", lambda device: (None, "no RAPL here"))
+    code, _, err = _run(["profile-power", "--type", "cpu", "--seconds", "1"], capsys)
+    assert code == 2
+    assert err.strip() == (
+        "hetplan: error: cpu: no energy counter (no RAPL here); the power model keeps the "
+        "catalog's idle and max watts"
+    )

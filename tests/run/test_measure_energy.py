@@ -12,6 +12,7 @@ from hetplan.cluster import load_cluster
 from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.measure import summarize
 from hetplan.run.train import with_energy
+from hetplan.run.tune import idle_watts
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "local-cpu-hetero.yaml"
 
@@ -70,3 +71,17 @@ def test_a_gap_in_the_meters_falls_back_to_the_model() -> None:
     )
     assert m.energy_j_per_iteration == pytest.approx(expected)
     assert m.energy_source.startswith("modelled")
+
+
+def test_a_rapl_reading_already_holds_the_unused_cpus_of_its_node() -> None:
+    cluster = load_cluster(CLUSTER)
+    a, b, c = (d.id for d in cluster.devices)
+    plan = _plan([a, b])
+    raw = [_raw(0, a, "cpu", [9.0, 5.0, 7.0, 6.0], "rapl"), _raw(1, b, "cpu", [], None)]
+    m = summarize(plan, raw, warmup=1)
+    assert idle_watts(plan, cluster) == cluster.device(c).type.idle_power_w  # modelled idle
+    assert idle_watts(plan, cluster, m) == 0.0  # inside the package reading
+    unmetered = summarize(
+        plan, [_raw(0, a, "cpu", [], None), _raw(1, b, "cpu", [], None)], warmup=1
+    )
+    assert idle_watts(plan, cluster, unmetered) == cluster.device(c).type.idle_power_w

@@ -247,11 +247,15 @@ def profile_links(
 
 
 def profile_power(
-    device: Annotated[str, typer.Option(help="cpu or cuda:K.")] = "cpu",
     device_type: Annotated[
-        str | None,
-        typer.Option("--type", help="Device type to file it under (default: cpu / GPU name)."),
-    ] = None,
+        str,
+        typer.Option(
+            "--type",
+            help="The cluster files' device type to fit (e.g. A100-40GB). On a CPU the counter "
+            "covers whole packages: give a type whose devices stand for a whole package.",
+        ),
+    ],
+    device: Annotated[str, typer.Option(help="cpu or cuda:K.")] = "cpu",
     seconds: Annotated[float, typer.Option(help="Seconds at rest and seconds under load.")] = 5.0,
     out: Annotated[Path | None, typer.Option(help="Profile store directory.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -259,7 +263,7 @@ def profile_power(
     """Measure a device's power at rest and under load with its energy counter (NVML on NVIDIA
     GPUs, RAPL on CPUs where readable) and fit the power model's idle and max watts, stored
     with the profiles (used by plan, predict, train and tune unless --analytical)."""
-    kind = device_type or _device_type_name(device)
+    kind = device_type
     points = measure_power_points(device, seconds)
     fit = record_power_points(kind, points, out)
     data = {"device": device, "type": kind, "points": points, "fit": to_data(fit)}
@@ -270,15 +274,6 @@ def profile_power(
     console.print(f"{device} ({kind}): {idle:.1f} W at rest, {busy:.1f} W under load (measured)")
     if fit is not None:
         console.print(f"power model of {kind}: idle {fit.idle_w:.1f} W, max {fit.max_w:.1f} W")
-
-
-def _device_type_name(device: str) -> str:
-    if device.startswith("cuda"):
-        import torch  # noqa: PLC0415
-
-        index = int(device.partition(":")[2] or 0)
-        return str(torch.cuda.get_device_name(index))
-    return "cpu"
 
 
 def register(app: typer.Typer) -> None:

@@ -43,7 +43,7 @@ from hetplan.run.train import (
     predict_plan,
     with_energy,
 )
-from hetplan.run.tune import idle_watts
+from hetplan.run.tune import idle_devices, idle_watts
 from hetplan.serde import load_file, to_data
 from hetplan.units import fmt_bytes, fmt_seconds
 
@@ -191,7 +191,13 @@ def train_cmd(
             raise InputError(f"--dtype: {dtype!r}; expected one of {', '.join(PRECISIONS)}")
         plan = dataclasses.replace(plan, model=dataclasses.replace(plan.model, dtype=dtype))
     clus, _ = with_power_fits(load_cluster(cluster))
-    if print_commands:
+    if print_commands:  # the same checks as a local run, before anyone launches them
+        check_plan(plan, None, source_for(plan.model))  # nodes: one command each
+        check_training(
+            plan,
+            Training(data=data, resume=resume, checkpoint_dir=checkpoint,
+                     checkpoint_every=checkpoint_every, lr=lr),
+        )  # fmt: skip
         cmds = torchrun_commands(
             plan, clus, plan_path=plan_file, cluster_path=cluster, steps=steps, warmup=warmup,
             out=out, extra=_worker_options(data, checkpoint, checkpoint_every, resume, seed, lr),
@@ -240,11 +246,11 @@ def train_cmd(
     path = save_measurement(measured, path)
     fits = _record_power(measured, clus)
     if as_json:
-        report = _json(measured, path, chart, idle_watts(plan, clus))
+        report = _json(measured, path, chart, idle_watts(plan, clus, measured))
         print_json(report | {"step_log": str(step_log)})
     else:
-        unused = len(clus.devices) - len(set(plan.devices))
-        _print(measured, path, chart, (idle_watts(plan, clus), unused))
+        unused = len(idle_devices(plan, clus, measured))
+        _print(measured, path, chart, (idle_watts(plan, clus, measured), unused))
         console.print(f"step log: {step_log}")
         for line in fits:
             console.print(line)

@@ -214,9 +214,10 @@ def tune_cmd(
         result = _run(cands, clus, settings, state, quiet=as_json)
         if result.final is not None:
             save_measurement(result.final, out.with_suffix(".final.json"))
-        write_json_atomic(out, _json(result, state, out))
+        report = _json(result, state, out)
+        write_json_atomic(out, report)
         if as_json:
-            print_json(_json(result, state, out))
+            print_json(report)
         else:
             _print(result, opts.objective.name, state)
             if checkpoint is None:

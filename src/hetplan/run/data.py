@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -42,6 +43,17 @@ class UserData:
     dataset: Any
     """A map-style ``Dataset`` (with ``__len__``) or an ``IterableDataset``."""
     loss: LossFn | None
+
+
+def canonical_ref(ref: str | None) -> str | None:
+    """``ref`` with a file path made absolute, so that ``./d.py:fn`` and ``d.py:fn`` compare
+    equal (a checkpoint records which data it was trained on)."""
+    if ref is None:
+        return None
+    where, colon, fn = ref.rpartition(":")
+    if colon and (where.endswith(".py") or "/" in where):
+        return f"{Path(where).resolve()}:{fn}"
+    return ref
 
 
 @functools.cache

@@ -12,7 +12,7 @@ from hetplan.errors import InputError
 from hetplan.graph.split import split_program
 from hetplan.plan.types import Plan
 from hetplan.run.checkpoint import find_checkpoint, read_info
-from hetplan.run.data import load_data
+from hetplan.run.data import canonical_ref, load_data
 from hetplan.run.energy import modelled_energy_j
 from hetplan.run.launch import launch_local
 from hetplan.run.layout import check_executable
@@ -86,7 +86,7 @@ def check_training(plan: Plan, training: Training) -> Path | None:
             f"--resume {training.resume}: the checkpoint's optimizer is {info.optimizer}, "
             f"the plan's {plan.optimizer} (their states differ)"
         )
-    if info.data != training.data:
+    if canonical_ref(info.data) != canonical_ref(training.data):
         raise InputError(
             f"--resume {training.resume}: the checkpoint was trained on "
             f"{info.data or 'synthetic data'}, this run on {training.data or 'synthetic data'}"

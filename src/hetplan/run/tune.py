@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hetplan.cluster.spec import Cluster
+from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import power as pw
 from hetplan.errors import InputError
 from hetplan.plan.objective import Limits, Metrics, Objective
@@ -123,10 +123,28 @@ def trial_budget(n: int, s: TuneSettings) -> int:
     return need
 
 
-def idle_watts(plan: Plan, cluster: Cluster) -> float:
-    """Idle power of the cluster's devices that ``plan`` does not use, watts."""
+def idle_devices(plan: Plan, cluster: Cluster, measured: Measurement | None = None) -> list[Device]:
+    """The cluster's devices that ``plan`` does not use, less the CPU devices of a node whose
+    packages a RAPL meter read during ``measured`` (the reading already holds them)."""
     used = set(plan.devices)
-    return sum(d.type.idle_power_w for d in cluster.devices if d.id not in used)
+    covered = metered_nodes(measured, cluster) if measured is not None else set()
+    return [
+        d
+        for d in cluster.devices
+        if d.id not in used and not (d.node in covered and d.type.name == "cpu")
+    ]
+
+
+def idle_watts(plan: Plan, cluster: Cluster, measured: Measurement | None = None) -> float:
+    """Idle power of :func:`idle_devices`, watts."""
+    return sum(d.type.idle_power_w for d in idle_devices(plan, cluster, measured))
+
+
+def metered_nodes(m: Measurement, cluster: Cluster) -> set[str]:
+    """Nodes whose CPU packages were measured by RAPL in ``m`` (when its energy is measured)."""
+    if m.energy_j_per_iteration is None or not m.energy_source.startswith("measured"):
+        return set()
+    return {cluster.device(r.device).node for r in m.ranks if r.energy_source == "rapl"}
 
 
 def _hourly(plan: Plan, cluster: Cluster) -> float | None:
@@ -266,14 +284,17 @@ def _run(
 
 
 def _trial(cand: Candidate, m: Measurement, cluster: Cluster, steps: int) -> Trial:
-    idle = idle_watts(cand.plan, cluster)
+    idle = idle_watts(cand.plan, cluster, m)
+    idle_predicted = idle_watts(cand.plan, cluster)
     energy = m.energy_j_per_iteration if m.energy_j_per_iteration is not None else 0.0
     return Trial(
         candidate=cand,
         measurement=with_prediction(m, cand.predicted_s, "search"),
         idle_w=idle,
         metrics=metrics(cand.plan, cluster, m.measured_iteration_s, energy, idle),
-        predicted=metrics(cand.plan, cluster, cand.predicted_s, cand.predicted_energy_j, idle),
+        predicted=metrics(
+            cand.plan, cluster, cand.predicted_s, cand.predicted_energy_j, idle_predicted
+        ),
         steps=steps,
     )
 

@@ -26,7 +26,7 @@ from hetplan.run.checkpoint import (
     save_checkpoint,
     step_seed,
 )
-from hetplan.run.data import DatasetFeed, Feed, make_feed
+from hetplan.run.data import DatasetFeed, Feed, canonical_ref, make_feed
 from hetplan.run.energy import EnergyMeter, meter_for
 from hetplan.run.executor import Executor
 from hetplan.run.launch import RankContext, default_backend
@@ -131,8 +131,7 @@ def _resume(
         return CheckpointInfo(
             step=0, position=0, seed=seed, model=plan.model.name, optimizer=plan.optimizer
         )
-    info = load_checkpoint(Path(path), setup.module, optimizer, setup.canonical, groups.control)
-    return info
+    return load_checkpoint(Path(path), setup.module, optimizer, setup.canonical, groups.control)
 
 
 class _Loop:
@@ -246,7 +245,7 @@ class _Loop:
             model=self.plan.model.name,
             optimizer=self.plan.optimizer,
             loss_scale=self.executor.scaler.scale,
-            data=self.payload.get("data"),
+            data=canonical_ref(self.payload.get("data")),
             strategy=self.plan.strategy,
             global_batch=self.plan.global_batch,
         )
