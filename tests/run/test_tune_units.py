@@ -65,15 +65,15 @@ def test_budget_too_small_is_an_input_error() -> None:
 
 
 @pytest.mark.parametrize(
-    "kw",
+    ("kw", "words"),
     [
-        {"trial_steps": 2, "min_timed": 3},
-        {"trial_steps": 20, "min_timed": 1},  # a t interval needs two times
-        {"warmup": -1},
+        ({"trial_steps": 2, "min_timed": 3}, "--trial-steps"),
+        ({"trial_steps": 20, "min_timed": 1}, "at least 2 timed steps"),  # a t interval
+        ({"warmup": -1}, "--warmup"),
     ],
 )
-def test_bad_trial_settings_are_input_errors(kw: dict[str, int]) -> None:
-    with pytest.raises(InputError, match="--trial-steps"):
+def test_bad_trial_settings_are_input_errors(kw: dict[str, int], words: str) -> None:
+    with pytest.raises(InputError, match=words):
         trial_budget(1, _settings(1000, **kw))
 
 

@@ -109,10 +109,13 @@ class TuneSettings:
 
 def trial_budget(n: int, s: TuneSettings) -> int:
     """Steps the trials need at least; InputError when ``steps`` cannot hold them."""
-    if s.warmup < 0 or s.min_timed < 2 or s.trial_steps < s.min_timed:
+    if s.warmup < 0:
+        raise InputError(f"--warmup must be >= 0 (got {s.warmup})")
+    if s.min_timed < 2:
+        raise InputError(f"a trial needs at least 2 timed steps (got {s.min_timed})")
+    if s.trial_steps < s.min_timed:
         raise InputError(
-            f"--trial-steps ({s.trial_steps}) must be >= the minimum of {s.min_timed} timed "
-            f"steps, and --warmup ({s.warmup}) >= 0"
+            f"--trial-steps ({s.trial_steps}) must be >= the minimum of {s.min_timed} timed steps"
         )
     need = n * (s.warmup + s.min_timed)
     if s.steps < need:
