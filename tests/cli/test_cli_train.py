@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from hetplan.cli.main import main
-from hetplan.run.worker import build_parser
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 LOCAL = str(CLUSTERS / "local-cpu-hetero.yaml")
@@ -73,10 +72,10 @@ def test_print_commands_one_per_node(tmp_path: Path, capsys: pytest.CaptureFixtu
     plan = _plan(tmp_path, "gpipe", ["v100.0", "t4.0"])
     code, out, _ = _run(["train", plan, "--cluster", HETERO, "--print-commands"], capsys)
     assert code == 0
-    lines = out.strip().splitlines()
-    assert len(lines) == 2
-    assert lines[1].startswith("torchrun --nnodes 2 --node-rank 1 --nproc-per-node 1")
-    assert "-m hetplan.run.worker --plan" in lines[0]
+    lines = [shlex.split(x) for x in out.strip().splitlines()]
+    assert [x[x.index("--node") + 1] for x in lines] == ["v100", "t4"]
+    assert all(x[:3] == ["hetplan", "train", plan] for x in lines)
+    assert all(x[x.index("--rdzv") + 1] == "v100:29400" for x in lines)
 
 
 def test_multi_node_plan_is_not_run_locally(
@@ -86,6 +85,8 @@ def test_multi_node_plan_is_not_run_locally(
     code, _, err = _run(["train", plan, "--cluster", HETERO], capsys)
     assert code == 2
     assert "spans 2 nodes" in err and "--print-commands" in err
+    code, _, err = _run(["train", plan, "--cluster", HETERO, "--node", "v100"], capsys)
+    assert code == 2 and "--node and --rdzv go together" in err
 
 
 def test_ps_is_not_executable_yet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -129,14 +130,13 @@ def test_print_commands_carry_the_training_options(
     data = f"{Path(__file__).resolve().parents[2]}/examples/data/blobs.py:dataset"
     ck = str(tmp_path / "ck")
     extra = ["--data", data, "--checkpoint", ck, "--checkpoint-every", "5"]
-    extra += ["--seed", "3", "--lr", "0.05"]
+    extra += ["--seed", "3", "--lr", "0.05", "--steps", "7", "--rdzv", "head:1234"]
     code, out, _ = _run(["train", plan, "--cluster", HETERO, "--print-commands", *extra], capsys)
     assert code == 0
     for line in out.strip().splitlines():
-        worker = shlex.split(line)
-        args = build_parser().parse_args(worker[worker.index("hetplan.run.worker") + 1 :])
-        assert (args.data, args.checkpoint, args.checkpoint_every) == (data, ck, 5)
-        assert (args.seed, args.lr, args.resume) == (3, 0.05, None)
+        words = shlex.split(line)
+        for flag, value in zip(extra[::2], extra[1::2], strict=True):
+            assert words[words.index(flag) + 1] == value
 
 
 def test_print_commands_check_the_training_options_first(

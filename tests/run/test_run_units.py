@@ -1,4 +1,4 @@
-"""Pure parts of the runtime: rank layout, plan checks, torchrun commands, summaries."""
+"""Pure parts of the runtime: rank layout, plan checks, node commands, summaries."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from hetplan.graph.split import split_program
 from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run._agent import describe_failure
 from hetplan.run._rank import is_peer_loss
-from hetplan.run.commands import torchrun_commands
+from hetplan.run.commands import node_commands, node_run
+from hetplan.run.launch import failure_error
 from hetplan.run.layout import check_executable, pipeline_ranks, rank_roles, stage_ranks
 from hetplan.run.measure import percentile, summarize, with_prediction
 from hetplan.run.model import MLPSource, layer_names
@@ -100,7 +101,9 @@ def test_stage_programs_keep_parameter_names() -> None:
     assert stage.head is model.head
 
 
-def test_torchrun_commands_one_per_node() -> None:
+def test_node_commands_one_per_node_any_ranks_each() -> None:
+    """Uneven nodes (3 ranks on v100, 1 on t4): one command per node, the first node (rank
+    0's) first and hosting the rendezvous; the same command but --node."""
     cluster = load_cluster(CLUSTERS / "hetero-2node.yaml")
     plan = Plan(
         model=ModelRef(name="vgg11", dataset="cifar10"),
@@ -112,28 +115,50 @@ def test_torchrun_commands_one_per_node() -> None:
                 stages=[
                     StagePlan(layers=["a"], devices=["v100.0"]),
                     StagePlan(layers=["b"], devices=["v100.1"]),
-                    StagePlan(layers=["c"], devices=["t4.0"]),
+                    StagePlan(layers=["c"], devices=["v100.2"]),
                     StagePlan(layers=["d"], devices=["t4.1"]),
                 ],
                 batch=8,
             )
         ],
     )
-    cmds = torchrun_commands(
-        plan, cluster, plan_path=Path("p.json"), cluster_path=Path("c.yaml"), steps=5, warmup=2
-    )
+    cmds = node_commands(
+        plan, cluster, plan_path=Path("p.json"), cluster_path=Path("c.yaml"),
+        options=["--steps", "5"],
+    )  # fmt: skip
     assert [shlex.split(c) for c in cmds] == [
-        [
-            "torchrun", "--nnodes", "2", "--node-rank", str(i), "--nproc-per-node", "2",
-            "--max-restarts", "0", "--rdzv-backend", "static", "--rdzv-endpoint", "v100:29500",
-            "-m", "hetplan.run.worker", "--plan", "p.json", "--cluster", "c.yaml",
-            "--steps", "5", "--warmup", "2",
-        ]
-        for i in range(2)
+        ["hetplan", "train", "p.json", "--cluster", "c.yaml", "--node", node,
+         "--rdzv", "v100:29400", "--steps", "5"]
+        for node in ("v100", "t4")
     ]  # fmt: skip
-    plan.pipelines[0].stages[3].devices = ["v100.2"]
-    with pytest.raises(InputError, match="not contiguous"):
-        torchrun_commands(plan, cluster, plan_path=Path("p"), cluster_path=Path("c"))
+    first = node_run(plan, cluster, "v100", "127.0.0.1:29400")
+    second = node_run(plan, cluster, "t4", "127.0.0.1:29400")
+    assert (first.ranks, first.is_host, second.ranks, second.is_host) == (
+        [0, 1, 2],
+        True,
+        [3],
+        False,
+    )
+    assert first.nodes == ["v100", "v100", "v100", "t4"] and first.nnodes == 2
+    assert first.run_id == second.run_id
+    with pytest.raises(InputError, match="--node 'x': the plan places no device there"):
+        node_run(plan, cluster, "x", "h:1")
+    for bad in ("nohost", "h:", "h:0", "h:70000", ":5"):
+        with pytest.raises(InputError, match="--rdzv"):
+            node_run(plan, cluster, "t4", bad)
+
+
+def test_a_failed_rank_names_its_node_and_a_silent_peer_names_itself() -> None:
+    nodes = ["a", "a", "b"]
+    err = failure_error(1, "ValueError: bad", "tb", nodes)
+    assert str(err) == "rank 1 (node a) failed: ValueError: bad" and err.rank == 1
+    seen = "RuntimeError: peer lost: rank 2 (node b) stopped responding (seen by rank 0 on node a)"
+    assert str(failure_error(0, seen, "", nodes)) == (
+        "rank 2 (node b) stopped responding (seen by rank 0 on node a)"
+    )
+    assert (
+        str(failure_error(3, "exited with code 1", "", None)) == "rank 3 failed: exited with code 1"
+    )
 
 
 def test_summary_medians_and_error() -> None:

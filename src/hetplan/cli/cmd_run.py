@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,13 +22,14 @@ from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.plan.types import Plan
-from hetplan.run.commands import torchrun_commands
-from hetplan.run.launch import RunError
+from hetplan.run.commands import node_commands, node_run
+from hetplan.run.launch import NodeRun, RunError
 from hetplan.run.measure import (
     Measurement,
     default_path,
     memory_error,
     save_measurement,
+    summarize,
     with_predicted_memory,
     with_prediction,
 )
@@ -39,8 +42,10 @@ from hetplan.run.train import (
     check_plan,
     check_training,
     gpu_power_points,
-    measure_plan,
+    log_results,
     predict_plan,
+    run_node,
+    run_plan,
     with_energy,
 )
 from hetplan.run.tune import idle_devices, idle_watts
@@ -141,6 +146,18 @@ def _json(m: Measurement, path: Path, chart: Path | None, idle_w: float) -> dict
     return data
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Run:
+    """The options of one ``train`` that shape the run (not the report)."""
+
+    steps: int
+    warmup: int
+    timeout: float
+    seed: int
+    training: Training
+    as_json: bool
+
+
 def train_cmd(
     plan_file: Annotated[Path, typer.Argument(help="Plan file (JSON), as written by plan.")],
     cluster: Annotated[Path, typer.Option("--cluster", help="Cluster file (YAML or JSON).")],
@@ -148,8 +165,17 @@ def train_cmd(
     warmup: Annotated[int, typer.Option(help="Warm-up steps: they train but are not timed.")] = 3,
     out: Annotated[Path | None, typer.Option(help="Measurement file (JSON).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the run is killed.")] = 600.0,
+    node: Annotated[
+        str | None,
+        typer.Option(help="Run this node's ranks of a plan over several nodes (with --rdzv)."),
+    ] = None,
+    rdzv: Annotated[
+        str | None,
+        typer.Option(help="HOST:PORT where the nodes meet: the plan's first node (rank 0's)."),
+    ] = None,
     print_commands: Annotated[
-        bool, typer.Option("--print-commands", help="Print the torchrun command of each node.")
+        bool,
+        typer.Option("--print-commands", help="Print the command of each node (several nodes)."),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     dtype: Annotated[
@@ -184,54 +210,97 @@ def train_cmd(
     """Run a plan for real with torch.distributed: train on synthetic batches or your data,
     checkpoint and resume (under any plan); print measured vs predicted iteration time, energy,
     peak memory per rank and the loss of every step; draw the executed against the simulated
-    timeline; log every step as JSON lines next to the measurement."""
+    timeline; log every step as JSON lines next to the measurement. A plan over several nodes
+    runs with one command per node (--node NAME --rdzv HOST:PORT; --print-commands)."""
     plan = load_file(Plan, plan_file)
     if dtype is not None:
         if dtype not in PRECISIONS:
             raise InputError(f"--dtype: {dtype!r}; expected one of {', '.join(PRECISIONS)}")
         plan = dataclasses.replace(plan, model=dataclasses.replace(plan.model, dtype=dtype))
     clus, _ = with_power_fits(load_cluster(cluster))
-    if print_commands:  # the same checks as a local run, before anyone launches them
-        check_plan(plan, None, source_for(plan.model))  # nodes: one command each
-        check_training(
-            plan,
-            Training(data=data, resume=resume, checkpoint_dir=checkpoint,
-                     checkpoint_every=checkpoint_every, lr=lr),
-        )  # fmt: skip
-        cmds = torchrun_commands(
-            plan, clus, plan_path=plan_file, cluster_path=cluster, steps=steps, warmup=warmup,
-            out=out, extra=_worker_options(data, checkpoint, checkpoint_every, resume, seed, lr),
-        )  # fmt: skip
+    training = Training(
+        data=data, resume=resume, checkpoint_dir=checkpoint, checkpoint_every=checkpoint_every,
+        lr=lr,
+    )  # fmt: skip
+    multi = print_commands or node is not None
+    check_plan(plan, clus, source_for(plan.model), nodes=multi)
+    check_training(plan, training)
+    if print_commands:
+        options = _options(steps, warmup, out, data, checkpoint, checkpoint_every, resume, seed, lr)
+        cmds = node_commands(
+            plan, clus, plan_path=plan_file, cluster_path=cluster, rdzv=rdzv, options=options
+        )
         for line in cmds:
             typer.echo(line)
         return
     path = out or default_path(plan)
     check_output(path, "--out")
-    check_plan(plan, clus, source_for(plan.model))
-    with tempfile.TemporaryDirectory(prefix="hetplan-steps-") as logs:
-        training = Training(
-            data=data,
-            resume=resume,
-            checkpoint_dir=checkpoint,
-            checkpoint_every=checkpoint_every,
-            log_dir=Path(logs),
-            lr=lr,
-        )
-        check_training(plan, training)
-        with ProgressLine(
-            Path(logs), len(plan.devices), steps + warmup, enabled=not as_json
-        ) as bar:
+    here = None
+    if node is not None or rdzv is not None:
+        if node is None or rdzv is None:
+            raise InputError("--node and --rdzv go together: --node NAME --rdzv HOST:PORT")
+        here = node_run(plan, clus, node, rdzv)
+    run = _Run(
+        steps=steps, warmup=warmup, timeout=timeout, seed=seed, training=training,
+        as_json=as_json,
+    )  # fmt: skip
+    measured = _execute(plan, clus, run, here, steps_path(path))
+    if measured is None:
+        assert here is not None
+        first = here.nodes[0]
+        console.print(f"node {node}: its {len(here.ranks)} rank(s) finished; node {first} "
+                      "writes the measurement")  # fmt: skip
+        return
+    _report(plan, clus, measured, path, as_json)
+
+
+def _execute(
+    plan: Plan, clus: Cluster, run: _Run, here: NodeRun | None, step_log: Path
+) -> Measurement | None:
+    """Run (this node's ranks of) the plan with a progress line; write the step log. None on a
+    node other than the first of a run over several nodes."""
+    ranks = here.ranks if here is not None else list(range(len(plan.devices)))
+    with tempfile.TemporaryDirectory(prefix="hetplan-steps-") as tmp:
+        logs = Path(tmp)
+        training = dataclasses.replace(run.training, log_dir=logs)
+        with ProgressLine(logs, ranks, run.steps + run.warmup, enabled=not run.as_json) as bar:
             try:
-                measured = measure_plan(
-                    plan, clus, steps=steps, warmup=warmup, timeout_s=timeout,
-                    training=training, on_tick=bar.poll, seed=seed,
-                )  # fmt: skip
-            except RunError as err:  # the failed rank's traceback, then the one-line error
+                raw = _launch(plan, clus, run, training, here, bar.poll)
+            except RunError as err:  # keep the steps measured so far, then fail in one line
+                kept = merge(logs, ranks, step_log)
                 if err.details:
                     typer.echo(err.details.rstrip(), err=True)
+                if kept:
+                    typer.echo(f"kept {kept} measured step(s) in {step_log}", err=True)
                 raise
-        step_log = steps_path(path)
-        merge(Path(logs), len(plan.devices), step_log)
+        if raw is None:
+            return None
+        log_results(logs, raw, plan, run.warmup)
+        merge(logs, len(plan.devices), step_log)
+    return summarize(plan, raw, warmup=run.warmup, cluster=clus.name)
+
+
+def _launch(
+    plan: Plan,
+    clus: Cluster,
+    run: _Run,
+    training: Training,
+    here: NodeRun | None,
+    tick: Callable[[], None],
+) -> list[dict[str, Any]] | None:
+    if here is None:
+        return run_plan(
+            plan, cluster=clus, steps=run.steps, warmup=run.warmup, seed=run.seed,
+            timeout_s=run.timeout, training=training, on_tick=tick,
+        )  # fmt: skip
+    return run_node(
+        plan, clus, here, steps=run.steps, warmup=run.warmup, seed=run.seed,
+        timeout_s=run.timeout, training=training, on_tick=tick,
+    )  # fmt: skip
+
+
+def _report(plan: Plan, clus: Cluster, measured: Measurement, path: Path, as_json: bool) -> None:
+    """Energy, prediction, chart and the saved measurement, printed or as JSON."""
     measured = with_energy(measured, clus)
     prediction, source = predict_plan(plan, clus)
     chart = None
@@ -245,15 +314,16 @@ def train_cmd(
         measured = with_prediction(measured, None, source)
     path = save_measurement(measured, path)
     fits = _record_power(measured, clus)
+    step_log = steps_path(path)
     if as_json:
         report = _json(measured, path, chart, idle_watts(plan, clus, measured))
         print_json(report | {"step_log": str(step_log)})
-    else:
-        unused = len(idle_devices(plan, clus, measured))
-        _print(measured, path, chart, (idle_watts(plan, clus, measured), unused))
-        console.print(f"step log: {step_log}")
-        for line in fits:
-            console.print(line)
+        return
+    unused = len(idle_devices(plan, clus, measured))
+    _print(measured, path, chart, (idle_watts(plan, clus, measured), unused))
+    console.print(f"step log: {step_log}")
+    for line in fits:
+        console.print(line)
 
 
 def _record_power(m: Measurement, cluster: Cluster) -> list[str]:
@@ -269,7 +339,10 @@ def _record_power(m: Measurement, cluster: Cluster) -> list[str]:
     return lines
 
 
-def _worker_options(
+def _options(
+    steps: int,
+    warmup: int,
+    out: Path | None,
     data: str | None,
     checkpoint: Path | None,
     every: int,
@@ -277,16 +350,20 @@ def _worker_options(
     seed: int,
     lr: float | None,
 ) -> list[str]:
-    """The training options of ``train`` as ``python -m hetplan.run.worker`` takes them."""
-    out = ["--seed", str(seed)] if seed else []
-    for flag, value in (("--data", data), ("--checkpoint", checkpoint), ("--resume", resume)):
+    """The options of this ``train`` that every node's command repeats."""
+    opts = ["--steps", str(steps), "--warmup", str(warmup)]
+    for flag, value in (
+        ("--out", out), ("--data", data), ("--checkpoint", checkpoint), ("--resume", resume)
+    ):  # fmt: skip
         if value is not None:
-            out += [flag, str(value)]
+            opts += [flag, str(value)]
     if every:
-        out += ["--checkpoint-every", str(every)]
+        opts += ["--checkpoint-every", str(every)]
+    if seed:
+        opts += ["--seed", str(seed)]
     if lr is not None:
-        out += ["--lr", repr(lr)]
-    return out
+        opts += ["--lr", repr(lr)]
+    return opts
 
 
 def steps_path(measurement: Path) -> Path:

@@ -5,6 +5,7 @@ training  step 12/40  loss 0.4123  step 85.00 ms  1204 samples/s  ETA 2.4 s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -45,7 +46,7 @@ class ProgressLine:
     def __init__(
         self,
         directory: Path,
-        world_size: int,
+        world_size: int | Sequence[int],
         total_steps: int,
         *,
         enabled: bool = True,

@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hetplan.run.launch import RESULT_FILE, SPEC_FILE, LaunchSpec
+from hetplan.run.launch import RESULT_FILE, SPEC_FILE, LaunchSpec, die_with_parent
 
 MONITOR_INTERVAL_S = 0.1  # how often the agent polls its ranks (torch's default)
 START_METHOD = "forkserver"  # ranks fork from one server that imported torch once
@@ -51,34 +51,58 @@ def run(spec: LaunchSpec) -> dict[str, Any]:
     from hetplan.run._rank import rank_main  # noqa: PLC0415
 
     config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
+        min_nodes=spec.nnodes,
+        max_nodes=spec.nnodes,
         nproc_per_node=spec.world_size,
-        run_id=uuid.uuid4().hex,
+        run_id=spec.run_id or uuid.uuid4().hex,
         rdzv_backend="c10d",
-        rdzv_endpoint="127.0.0.1:0",  # port 0: the store picks a free port
-        rdzv_configs={"timeout": int(max(1, spec.rdzv_timeout_s))},
+        rdzv_endpoint=spec.rdzv_endpoint,
+        rdzv_configs=_rdzv_configs(spec),
         max_restarts=0,
         monitor_interval=MONITOR_INTERVAL_S,
         start_method=START_METHOD,
     )
     launcher = elastic_launch(config, rank_main)
     try:
-        values = launcher(spec.entry, spec.payload, spec.cpus, spec.backend, spec.rdzv_timeout_s)
+        values = launcher(
+            spec.entry, spec.payload, spec.cpus, spec.backend, spec.rdzv_timeout_s,
+            spec.ranks, spec.nodes,
+        )  # fmt: skip
     except ChildFailedError as err:
         failures = []
         for rank, failure in sorted(err.failures.items()):
             cause, details = describe_failure(failure)
-            failures.append((int(rank), cause, details))
-        return {"failures": failures}
-    return {"values": dict(values)}
+            plan_rank = spec.ranks[failure.local_rank] if spec.ranks is not None else int(rank)
+            failures.append((plan_rank, cause, details))
+        return {"failures": _root_cause_first(failures)}
+    # Each rank returns (its plan rank, its result).
+    return {"values": dict(values.values())}
+
+
+def _rdzv_configs(spec: LaunchSpec) -> dict[str, Any]:
+    configs: dict[str, Any] = {"timeout": int(max(1, spec.rdzv_timeout_s))}
+    if spec.is_host is not None:
+        configs["is_host"] = spec.is_host
+    return configs
+
+
+def _root_cause_first(failures: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
+    """A rank killed by a signal or naming silent peers explains the others' errors."""
+
+    def weight(f: tuple[int, str, str]) -> int:
+        return 0 if f[1].startswith("killed by signal") or "peer lost" in f[1] else 1
+
+    return sorted(failures, key=weight)
 
 
 def main(argv: list[str]) -> int:
+    die_with_parent()
     folder = Path(argv[1])
     spec: LaunchSpec = pickle.loads((folder / SPEC_FILE).read_bytes())
     # Start the forkserver now, so that it imports torch while this process does too.
-    multiprocessing.set_forkserver_preload(["torch", "hetplan.run._rank", *spec.preload])
+    multiprocessing.set_forkserver_preload(
+        ["hetplan.run._guard", "torch", "hetplan.run._rank", *spec.preload]
+    )
     multiprocessing.forkserver.ensure_running()
     try:
         result = run(spec)

@@ -1,13 +1,18 @@
 """The function every rank runs first (started by torch's elastic agent; not an API).
 
-Pins the process, initialises the default process group with a bounded timeout, then calls
-the entry function with a :class:`~hetplan.run.launch.RankContext`.
+Pins the process, takes its rank in the plan (on several nodes torch's rendezvous numbers the
+nodes in the order they join; hetplan numbers ranks by the plan, so that rank ``r`` is the
+plan's device ``r`` whichever node joined first), initialises the default process group with a
+bounded timeout, starts the heartbeat (:class:`Heartbeat`), then calls the entry function with
+a :class:`~hetplan.run.launch.RankContext`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
+import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -15,9 +20,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hetplan.run.launch import RankContext, resolve_entry
+from hetplan.run.launch import PEER_LOST, RankContext, die_with_parent, resolve_entry
 
-PEER_LOSS_GRACE_S = 3.0  # seconds; >> the agent's 0.1 s monitor interval
+PEER_LOSS_GRACE_S = 3.0  # seconds; >> the agent's 0.1 s monitor interval and > HEARTBEAT_S
+HEARTBEAT_S = 1.0  # seconds between a rank's heartbeats (a counter in the rendezvous store)
+WATCH_S = 5.0  # seconds between the watchdog's looks at every rank's heartbeat
+WATCH_MISSES = 3  # looks without progress before a rank counts as gone (15 s)
 # Substrings of gloo / NCCL / c10d errors raised when the other end of a connection vanished.
 PEER_LOSS_MARKERS = (
     "Connection closed by peer",
@@ -27,6 +35,91 @@ PEER_LOSS_MARKERS = (
     "remote process exited",
     "NCCL communicator was aborted",
 )
+DONE = b"done"
+
+
+class Heartbeat(threading.Thread):
+    """Each rank bumps a counter in the rendezvous store every second; the watchdog compares
+    every rank's counter every :data:`WATCH_S` and ends this rank, naming the silent one, when
+    a counter stops for :data:`WATCH_MISSES` looks (a node that died without closing its
+    connections, a rank stuck forever). Counters, not clocks: machines need not agree on time.
+    """
+
+    def __init__(self, store: Any, rank: int, world: int, nodes: list[str] | None) -> None:
+        super().__init__(name="hetplan-heartbeat", daemon=True)
+        self.store = dist.PrefixStore("hetplan/heartbeat", store)
+        self.rank, self.world, self.nodes = rank, world, nodes
+        self.halt = threading.Event()
+        self._beats = 0
+
+    def keys(self) -> list[str]:
+        return [str(r) for r in range(self.world)]
+
+    def sample(self) -> list[bytes | None]:
+        """Every rank's counter now (None: not written yet)."""
+        keys = self.keys()
+        if self.store.check(keys):  # the usual case: one round trip
+            return [bytes(v) for v in self.store.multi_get(keys)]
+        present = [self.store.check([k]) for k in keys]
+        got = self.store.multi_get([k for k, ok in zip(keys, present, strict=True) if ok])
+        values = iter(got)
+        return [bytes(next(values)) if ok else None for ok in present]
+
+    def silent(self, before: list[bytes | None], after: list[bytes | None]) -> list[int]:
+        """Ranks whose counter did not move between two samples (finished ranks excluded; a
+        rank that never wrote one is silent too)."""
+        return [
+            r
+            for r, (a, b) in enumerate(zip(before, after, strict=True))
+            if r != self.rank and a == b and b != DONE
+        ]
+
+    def start(self) -> None:
+        self.store.set(str(self.rank), "0")  # present before any peer looks
+        super().start()
+
+    def describe(self, ranks: list[int]) -> str:
+        where = [f"rank {r}" + (f" (node {self.nodes[r]})" if self.nodes else "") for r in ranks]
+        mine = f"rank {self.rank}" + (f" on node {self.nodes[self.rank]}" if self.nodes else "")
+        return f"{PEER_LOST}: {', '.join(where)} stopped responding (seen by {mine})"
+
+    def run(self) -> None:
+        misses: dict[int, int] = {}
+        last = self.sample()
+        next_watch = time.monotonic() + WATCH_S
+        while not self.halt.wait(HEARTBEAT_S):
+            try:
+                self._beats += 1
+                self.store.set(str(self.rank), str(self._beats))
+                if time.monotonic() < next_watch:
+                    continue
+                next_watch = time.monotonic() + WATCH_S
+                now = self.sample()
+                stuck = set(self.silent(last, now))
+                misses = {r: misses.get(r, 0) + 1 for r in stuck}
+                last = now
+                gone = sorted(r for r, n in misses.items() if n >= WATCH_MISSES)
+            except Exception as err:  # the store's host is gone: its node died
+                _die(f"{PEER_LOST}: lost the rendezvous store ({type(err).__name__}: {err})")
+            if gone:
+                _die(self.describe(gone))
+
+    def finish(self) -> None:
+        self.halt.set()
+        self.join(timeout=2 * HEARTBEAT_S)
+        with contextlib.suppress(Exception):  # a finished rank need not reach a dying store
+            self.store.set(str(self.rank), DONE)
+
+
+def _die(message: str) -> None:
+    """End this rank now with ``message`` as its recorded error (the agent reports it)."""
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler  # noqa: PLC0415
+
+    try:
+        raise RuntimeError(message)
+    except RuntimeError as err:  # recorded with the traceback of this watchdog
+        ErrorHandler().record_exception(err)
+    os._exit(1)
 
 
 def rank_main(
@@ -35,13 +128,19 @@ def rank_main(
     cpus: list[tuple[int, ...] | None],
     backend: str,
     rdzv_timeout_s: float,
-) -> Any:
-    """``payload``: the entry's payload, or its pickle (as :func:`launch_local` sends it)."""
+    ranks: list[int] | None = None,
+    nodes: list[str] | None = None,
+) -> tuple[int, Any]:
+    """``payload``: the entry's payload, or its pickle (as :func:`launch_local` sends it).
+    ``ranks``: the plan rank of each local rank (None: torch's ranks are the plan's);
+    ``nodes``: the node of every plan rank (for messages). Returns (plan rank, result)."""
+    die_with_parent()
     if isinstance(payload, bytes):
         payload = pickle.loads(payload)
-    rank = int(os.environ["RANK"])
-    world = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
+    rank = ranks[local_rank] if ranks is not None else int(os.environ["RANK"])
+    os.environ["RANK"] = str(rank)  # init_process_group reads it (env://)
+    world = int(os.environ["WORLD_SIZE"])
     mine = cpus[rank] if rank < len(cpus) else None
     if mine:
         os.sched_setaffinity(0, mine)
@@ -63,17 +162,30 @@ def rank_main(
     )
     fn = resolve_entry(entry)
     dist.init_process_group(backend, timeout=timedelta(seconds=rdzv_timeout_s))
+    beat = Heartbeat(dist.distributed_c10d._get_default_store(), rank, world, nodes)
+    beat.start()
     try:
         result = fn(ctx, payload)
     except Exception as err:
         if is_peer_loss(err):
-            # A peer died under a collective. Fail a moment later, so that the agent (which
-            # tears everything down within 0.1 s of the first exit) reports the peer's death,
-            # the root cause, rather than this consequence.
-            time.sleep(PEER_LOSS_GRACE_S)
+            raise _peer_lost(beat, err) from err
         raise
+    beat.finish()
     dist.destroy_process_group()
-    return result
+    return rank, result
+
+
+def _peer_lost(beat: Heartbeat, err: BaseException) -> BaseException:
+    """A peer died under a collective. Wait a moment, so that the agent (which tears
+    everything down within 0.1 s of a local rank's exit) reports a local peer's death, the
+    root cause, rather than this consequence; then name the ranks whose heartbeat stopped."""
+    try:
+        before = beat.sample()
+        time.sleep(PEER_LOSS_GRACE_S)
+        gone = beat.silent(before, beat.sample())
+    except Exception as store_err:  # the store went with the dead node
+        return RuntimeError(f"{PEER_LOST}: lost the rendezvous store ({store_err}) after {err}")
+    return RuntimeError(beat.describe(gone)) if gone else err
 
 
 def is_peer_loss(err: BaseException) -> bool:

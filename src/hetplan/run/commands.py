@@ -1,71 +1,89 @@
-"""``torchrun`` command lines for plans that span several nodes (one command per node)."""
+"""Runs over several nodes: which ranks each node starts, and the command of every node.
+
+One command per machine, the same on every machine but ``--node``:
+``hetplan train PLAN --cluster C --node NAME --rdzv HOST:PORT``. Each starts its node's ranks
+through torch's elastic agent; the agents meet at the c10d rendezvous ``HOST:PORT``, which the
+first node of the plan (the node of rank 0) hosts. Nodes may start different numbers of ranks;
+ranks are numbered by the plan, not by the order in which nodes join.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
 from pathlib import Path
 
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.plan.types import Plan
+from hetplan.run.launch import NodeRun
+from hetplan.serde import to_data
 
-DEFAULT_PORT = 29500  # torchrun's default master port
-
-
-def node_layout(plan: Plan, cluster: Cluster) -> list[tuple[str, int]]:
-    """(node, ranks on it) in rank order. torchrun's static rendezvous numbers ranks
-    ``node_rank * nproc_per_node + local_rank``, so each node must hold a contiguous run of
-    the plan's devices, and every node the same number."""
-    layout: list[tuple[str, int]] = []
-    for dev in plan.devices:
-        node = cluster.device(dev).node
-        if layout and layout[-1][0] == node:
-            layout[-1] = (node, layout[-1][1] + 1)
-        elif any(n == node for n, _ in layout):
-            raise InputError(
-                f"plan devices of node {node} are not contiguous in rank order "
-                f"(pipeline then stage): {', '.join(plan.devices)}"
-            )
-        else:
-            layout.append((node, 1))
-    counts = {c for _, c in layout}
-    if len(counts) > 1:
-        per = ", ".join(f"{n}: {c}" for n, c in layout)
-        raise InputError(f"torchrun needs the same number of ranks on every node (got {per})")
-    return layout
+DEFAULT_PORT = 29400  # torchrun's default c10d rendezvous port
 
 
-def torchrun_commands(
+def plan_nodes(plan: Plan, cluster: Cluster) -> list[str]:
+    """The node of every plan rank (rank r runs plan device r)."""
+    return [cluster.device(d).node for d in plan.devices]
+
+
+def node_order(plan: Plan, cluster: Cluster) -> list[str]:
+    """The plan's nodes in the order of their first rank (the first hosts the rendezvous)."""
+    return list(dict.fromkeys(plan_nodes(plan, cluster)))
+
+
+def parse_endpoint(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` -> (host, port); InputError naming ``--rdzv`` otherwise."""
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InputError(f"--rdzv {text!r}: expected HOST:PORT (e.g. node0.example:{DEFAULT_PORT})")
+    return host, int(port)
+
+
+def run_id(plan: Plan, cluster: Cluster) -> str:
+    """The same on every node for the same plan and cluster."""
+    text = json.dumps(to_data(plan), sort_keys=True) + cluster.name
+    return "hetplan-" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def node_run(plan: Plan, cluster: Cluster, node: str, rdzv: str) -> NodeRun:
+    """What node ``node`` starts; InputError when the plan places nothing there."""
+    parse_endpoint(rdzv)
+    nodes = plan_nodes(plan, cluster)
+    order = list(dict.fromkeys(nodes))
+    if node not in order:
+        known = ", ".join(order)
+        raise InputError(f"--node {node!r}: the plan places no device there (its nodes: {known})")
+    return NodeRun(
+        nnodes=len(order),
+        rdzv_endpoint=rdzv,
+        run_id=run_id(plan, cluster),
+        is_host=node == order[0],
+        ranks=[r for r, n in enumerate(nodes) if n == node],
+        nodes=nodes,
+    )
+
+
+def node_commands(
     plan: Plan,
     cluster: Cluster,
     *,
     plan_path: Path,
     cluster_path: Path,
-    master_addr: str | None = None,
-    port: int = DEFAULT_PORT,
-    steps: int = 10,
-    warmup: int = 3,
-    out: Path | None = None,
-    extra: list[str] | None = None,
+    rdzv: str | None = None,
+    options: list[str] | None = None,
 ) -> list[str]:
-    """One ``torchrun ... -m hetplan.run.worker ...`` command per node, in node-rank order.
+    """One ``hetplan train ... --node NAME --rdzv HOST:PORT`` per node, the first node first.
 
-    ``master_addr`` defaults to the first node's name (reachable under that name from the
-    others). The plan and cluster files must exist at the same paths on every node (and the
-    data file, and a checkpoint directory on a shared file system). ``extra``: more worker
-    options (``--data``, ``--checkpoint``, ``--resume``, ``--seed``, ``--lr``).
+    ``rdzv`` defaults to the first node's name and port :data:`DEFAULT_PORT` (the node must be
+    reachable under its name). The plan, cluster and data files must exist at the same paths on
+    every node, and a checkpoint directory must be on a file system every node sees.
     """
-    layout = node_layout(plan, cluster)
-    host = master_addr or layout[0][0]
-    worker = ["-m", "hetplan.run.worker", "--plan", str(plan_path), "--cluster", str(cluster_path)]
-    worker += ["--steps", str(steps), "--warmup", str(warmup)]
-    if out is not None:
-        worker += ["--out", str(out)]
-    worker += extra or []
-    commands = []
-    for rank, (_node, count) in enumerate(layout):
-        args = ["torchrun", "--nnodes", str(len(layout)), "--node-rank", str(rank)]
-        args += ["--nproc-per-node", str(count), "--max-restarts", "0"]
-        args += ["--rdzv-backend", "static", "--rdzv-endpoint", f"{host}:{port}", *worker]
-        commands.append(shlex.join(args))
-    return commands
+    order = node_order(plan, cluster)
+    endpoint = rdzv or f"{order[0]}:{DEFAULT_PORT}"
+    parse_endpoint(endpoint)
+    base = ["hetplan", "train", str(plan_path), "--cluster", str(cluster_path)]
+    return [
+        shlex.join([*base, "--node", node, "--rdzv", endpoint, *(options or [])]) for node in order
+    ]

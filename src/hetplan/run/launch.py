@@ -10,6 +10,8 @@ forkserver) with one ``killpg``, so that no failure leaves orphans behind.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import dataclasses
 import os
 import pickle
 import signal
@@ -25,6 +27,8 @@ from typing import Any
 
 from hetplan.errors import HetplanError, InputError
 
+PEER_LOST = "peer lost"
+"""Marks a rank's error that names other ranks that stopped responding (see ``_rank``)."""
 RESULT_FILE = "result.pkl"
 SPEC_FILE = "spec.pkl"
 LOG_FILE = "agent.log"
@@ -65,12 +69,44 @@ class LaunchSpec:
 
     entry: str
     world_size: int
+    """Ranks started on this node."""
     payload: bytes
     """Pickled, and unpickled only in the ranks (the agent need not import its classes)."""
     cpus: list[tuple[int, ...] | None]
+    """By plan rank."""
     backend: str
     rdzv_timeout_s: float
     preload: list[str] = field(default_factory=list)
+    nnodes: int = 1
+    rdzv_endpoint: str = "127.0.0.1:0"
+    """``HOST:PORT`` of the rendezvous; port 0 (one node): the store picks a free port."""
+    run_id: str | None = None
+    """The same on every node of a run (None: a fresh one, one node)."""
+    is_host: bool | None = None
+    """Whether this node hosts the rendezvous store (None: torch decides from the host name)."""
+    ranks: list[int] | None = None
+    """The plan rank of each local rank (None: torch's numbering, one node)."""
+    nodes: list[str] | None = None
+    """The node of every plan rank, for messages."""
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal a process gets when its parent dies
+
+
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux ``prctl``; a no-op
+    elsewhere). The launcher's agent and every rank call it, so that killing the ``hetplan``
+    command of a node (a dead machine, a user's Ctrl-C, a scheduler's kill) takes its agent and
+    ranks with it: agent after command, forkserver after agent (its pipe closes), rank after
+    forkserver."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the caller's session kill still applies
+        return
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def resolve_entry(entry: str) -> Any:
@@ -95,6 +131,23 @@ def default_backend(world_size: int) -> str:
     if torch.cuda.is_available() and torch.cuda.device_count() >= world_size:
         return "nccl"
     return "gloo"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeRun:
+    """This node's part of a run over several nodes (one command per node)."""
+
+    nnodes: int
+    rdzv_endpoint: str
+    """``HOST:PORT`` of the rendezvous store, the same on every node."""
+    run_id: str
+    """The same on every node of the run, different between runs."""
+    is_host: bool
+    """This node hosts the rendezvous store (it must be the machine ``HOST`` names)."""
+    ranks: list[int]
+    """The plan ranks started here, by local rank."""
+    nodes: list[str]
+    """The node of every plan rank."""
 
 
 def launch_local(
@@ -122,21 +175,69 @@ def launch_local(
     if len(cpu_list) != world_size:
         raise InputError(f"cpus: {len(cpu_list)} entries for {world_size} ranks")
     _check_cpus(cpu_list)
+    spec = _spec(entry, world_size, payload, cpu_list, rdzv_timeout_s)
+    values = _launch(spec, timeout_s, on_tick)
+    return [values[r] for r in sorted(values)]
+
+
+def launch_node(
+    entry: str,
+    node: NodeRun,
+    *,
+    payload: dict[str, Any],
+    cpus: Sequence[tuple[int, ...] | None] | None = None,
+    timeout_s: float = 300.0,
+    rdzv_timeout_s: float = 300.0,
+    on_tick: Callable[[], None] | None = None,
+) -> dict[int, Any]:
+    """This node's ranks of a run over ``node.nnodes`` nodes: the same command on every node
+    (but the node), joined through torch's c10d rendezvous at ``node.rdzv_endpoint``. Returns
+    the results of the ranks started here, by plan rank; RunError naming the failed rank and
+    its node. ``rdzv_timeout_s`` also bounds how long the first node waits for the others."""
+    world = len(node.nodes)
+    cpu_list: list[tuple[int, ...] | None] = list(cpus) if cpus else [None] * world
+    if len(cpu_list) != world:
+        raise InputError(f"cpus: {len(cpu_list)} entries for {world} ranks")
+    _check_cpus([cpu_list[r] for r in node.ranks])
+    spec = dataclasses.replace(
+        _spec(entry, len(node.ranks), payload, cpu_list, rdzv_timeout_s),
+        nnodes=node.nnodes,
+        rdzv_endpoint=node.rdzv_endpoint,
+        run_id=node.run_id,
+        is_host=node.is_host,
+        ranks=list(node.ranks),
+        nodes=list(node.nodes),
+    )
+    return _launch(spec, timeout_s, on_tick)
+
+
+def _spec(
+    entry: str,
+    nproc: int,
+    payload: dict[str, Any],
+    cpus: list[tuple[int, ...] | None],
+    rdzv_timeout_s: float,
+) -> LaunchSpec:
     resolve_entry(entry)  # fail here, not in every rank
-    spec = LaunchSpec(
+    return LaunchSpec(
         entry=entry,
-        world_size=world_size,
+        world_size=nproc,
         payload=pickle.dumps(payload),
-        cpus=cpu_list,
-        backend=default_backend(world_size),
+        cpus=cpus,
+        backend=default_backend(nproc),
         rdzv_timeout_s=rdzv_timeout_s,
         preload=[m for m in [entry.partition(":")[0]] if m.startswith("hetplan.")],
     )
+
+
+def _launch(
+    spec: LaunchSpec, timeout_s: float, on_tick: Callable[[], None] | None
+) -> dict[int, Any]:
     with tempfile.TemporaryDirectory(prefix="hetplan-run-") as tmp:
         folder = Path(tmp)
         (folder / SPEC_FILE).write_bytes(pickle.dumps(spec))
         _run_agent(folder, timeout_s, on_tick)
-        return _read_result(folder)
+        return _read_result(folder, spec)
 
 
 def _check_cpus(cpus: list[tuple[int, ...] | None]) -> None:
@@ -229,7 +330,7 @@ def _log_tail(folder: Path) -> str:
     return text[-LOG_TAIL_CHARS:]
 
 
-def _read_result(folder: Path) -> list[Any]:
+def _read_result(folder: Path, spec: LaunchSpec) -> dict[int, Any]:
     path = folder / RESULT_FILE
     if not path.exists():
         tail = _log_tail(folder)
@@ -238,12 +339,16 @@ def _read_result(folder: Path) -> list[Any]:
     result = pickle.loads(path.read_bytes())
     if "values" in result:
         values: dict[int, Any] = result["values"]
-        return [values[r] for r in sorted(values)]
+        return values
     if "failures" in result:
         rank, cause, details = result["failures"][0]
-        return _raise_failure(rank, cause, details, folder)
+        raise failure_error(rank, cause, details or _log_tail(folder), spec.nodes)
     raise RunError(f"launcher failed: {result['error']}", details=_log_tail(folder))
 
 
-def _raise_failure(rank: int, cause: str, details: str, folder: Path) -> list[Any]:
-    raise RunError(f"rank {rank} failed: {cause}", rank=rank, details=details or _log_tail(folder))
+def failure_error(rank: int, cause: str, details: str, nodes: list[str] | None) -> RunError:
+    """The one-line error of a failed rank; a rank that saw peers stop names them instead."""
+    if cause.startswith(f"RuntimeError: {PEER_LOST}: "):
+        return RunError(cause.removeprefix(f"RuntimeError: {PEER_LOST}: "), details=details)
+    where = f" (node {nodes[rank]})" if nodes else ""
+    return RunError(f"rank {rank}{where} failed: {cause}", rank=rank, details=details)

@@ -130,7 +130,7 @@ def summarize(
         iteration_p90_s=percentile(iteration, 90),
         iteration_s=iteration,
         loss=loss,
-        ranks=[_rank_figures(r, warmup, _origin(raw)) for r in raw],
+        ranks=[_rank_figures(r, warmup, _origin(raw, r.get("host"))) for r in raw],
         first_step=int(raw[0].get("first_step", 0)),
         stopped=raw[0].get("stopped"),
         checkpoint=next((r["checkpoint"] for r in raw if r.get("checkpoint")), None),
@@ -158,9 +158,13 @@ def _measured_energy(raw: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     }
 
 
-def _origin(raw: list[dict[str, Any]]) -> float:
-    """The earliest rank's start of the last step (perf_counter seconds), 0 if not recorded."""
-    return min((float(r.get("last_step_start", 0.0)) for r in raw), default=0.0)
+def _origin(raw: list[dict[str, Any]], host: str | None = None) -> float:
+    """The earliest start of the last step (perf_counter seconds) among the ranks of ``host``
+    (its own clock: machines' perf_counter origins are unrelated), 0 if not recorded. Ranks
+    of different hosts are aligned by their hosts' first start of that step, which the
+    previous step's collectives keep within about a message latency."""
+    same = [r for r in raw if r.get("host") == host]
+    return min((float(r.get("last_step_start", 0.0)) for r in same), default=0.0)
 
 
 def _rank_figures(r: dict[str, Any], warmup: int, origin: float = 0.0) -> RankFigures:

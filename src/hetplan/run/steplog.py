@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import TracebackType
@@ -153,25 +153,27 @@ class StepSummary:
 
 
 def complete_steps(
-    records_by_rank: Mapping[int, Iterable[Mapping[str, Any]]], world_size: int
+    records_by_rank: Mapping[int, Iterable[Mapping[str, Any]]], world_size: int | Sequence[int]
 ) -> list[StepSummary]:
-    """Summaries of the steps for which every rank ``0..world_size-1`` has a record, by step.
+    """Summaries of the steps for which every rank ``0..world_size-1`` (or every rank of a
+    list: this node's, on several nodes) has a record, by step.
 
     Where a rank has several records of one step (a run resumed into the same directory), its
-    last one counts. Records of ranks ``>= world_size`` are ignored.
+    last one counts. Records of other ranks are ignored.
     """
+    wanted = list(range(world_size)) if isinstance(world_size, int) else list(world_size)
     by_step: dict[int, dict[int, Mapping[str, Any]]] = {}
-    for rank in range(world_size):
+    for rank in wanted:
         for record in records_by_rank.get(rank, ()):
             by_step.setdefault(int(record["step"]), {})[rank] = record
     return [
-        _summarise(step, [ranks[r] for r in range(world_size)])
+        _summarise(step, [ranks[r] for r in wanted])
         for step, ranks in sorted(by_step.items())
-        if len(ranks) == world_size
+        if len(ranks) == len(wanted)
     ]
 
 
-def merge(directory: Path, world_size: int, out_path: Path) -> int:
+def merge(directory: Path, world_size: int | Sequence[int], out_path: Path) -> int:
     """Write one JSON line per complete step (a :class:`StepSummary`) to ``out_path``
     atomically, creating its folder; return the number of lines."""
     summaries = complete_steps(read_records(directory), world_size)

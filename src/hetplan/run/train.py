@@ -14,17 +14,22 @@ from hetplan.plan.types import Plan
 from hetplan.run.checkpoint import find_checkpoint, read_info
 from hetplan.run.data import canonical_ref, load_data
 from hetplan.run.energy import modelled_energy_j
-from hetplan.run.launch import launch_local
+from hetplan.run.launch import NodeRun, launch_local, launch_node
 from hetplan.run.layout import check_executable
 from hetplan.run.measure import Measurement, summarize
 from hetplan.run.model import ModelSource, layer_names, source_for
+from hetplan.run.steplog import StepLogWriter
 from hetplan.run.trial import StopRule
 
 ENTRY = "hetplan.run.worker:train_rank"
+GATHER_ENTRY = "hetplan.run.worker:train_and_gather"
 
 
-def check_plan(plan: Plan, cluster: Cluster | None, source: ModelSource) -> None:
-    """InputError if the plan cannot be executed here (strategy, layers, devices, one node)."""
+def check_plan(
+    plan: Plan, cluster: Cluster | None, source: ModelSource, *, nodes: bool = False
+) -> None:
+    """InputError if the plan cannot be executed here (strategy, layers, devices; one node
+    unless ``nodes``: a run with one command per node)."""
     check_executable(plan, layer_names(source, plan.model.depth or 1))
     if plan.num_stages > 1:  # the cut must be possible before any process starts
         split_program(source.build_meta(), [list(st.layers) for st in plan.pipelines[0].stages])
@@ -32,11 +37,11 @@ def check_plan(plan: Plan, cluster: Cluster | None, source: ModelSource) -> None
         return
     for dev in plan.devices:
         cluster.device(dev)  # InputError for an unknown id
-    nodes = {cluster.device(d).node for d in plan.devices}
-    if len(nodes) > 1:
+    spans = {cluster.device(d).node for d in plan.devices}
+    if len(spans) > 1 and not nodes:
         raise InputError(
-            f"the plan spans {len(nodes)} nodes ({', '.join(sorted(nodes))}); run it with the "
-            "per-node torchrun commands (hetplan train --print-commands)"
+            f"the plan spans {len(spans)} nodes ({', '.join(sorted(spans))}); run one command "
+            "per node (hetplan train --print-commands prints them)"
         )
 
 
@@ -133,20 +138,8 @@ def run_plan(
         raise InputError(f"--timeout must be > 0 seconds (got {timeout_s:g})")
     resume = check_training(plan, train)
     cpus = [cluster.device(d).cpus for d in plan.devices] if cluster is not None else None
-    payload = {
-        "plan": plan,
-        "source": src,
-        "steps": steps,
-        "warmup": warmup,
-        "seed": seed,
-        "return_grads": return_grads,
-        "data": train.data,
-        "resume": None if resume is None else str(resume),
-        "checkpoint_dir": None if train.checkpoint_dir is None else str(train.checkpoint_dir),
-        "checkpoint_every": train.checkpoint_every,
-        "log_dir": None if train.log_dir is None else str(train.log_dir),
-        "trial": train.trial,
-        "lr": train.lr,
+    payload = _payload(plan, src, steps, warmup, seed, train, resume) | {
+        "return_grads": return_grads
     }
     return launch_local(
         ENTRY,
@@ -157,6 +150,67 @@ def run_plan(
         rdzv_timeout_s=rdzv_timeout_s,
         on_tick=on_tick,
     )
+
+
+def _payload(
+    plan: Plan,
+    source: ModelSource,
+    steps: int,
+    warmup: int,
+    seed: int,
+    train: Training,
+    resume: Path | None,
+) -> dict[str, Any]:
+    """What every rank is given (:func:`hetplan.run.worker.train_rank`)."""
+    return {
+        "plan": plan,
+        "source": source,
+        "steps": steps,
+        "warmup": warmup,
+        "seed": seed,
+        "data": train.data,
+        "resume": None if resume is None else str(resume),
+        "checkpoint_dir": None if train.checkpoint_dir is None else str(train.checkpoint_dir),
+        "checkpoint_every": train.checkpoint_every,
+        "log_dir": None if train.log_dir is None else str(train.log_dir),
+        "trial": train.trial,
+        "lr": train.lr,
+    }
+
+
+def run_node(
+    plan: Plan,
+    cluster: Cluster,
+    node: NodeRun,
+    *,
+    steps: int = 1,
+    warmup: int = 0,
+    seed: int = 0,
+    timeout_s: float = 600.0,
+    rdzv_timeout_s: float = 300.0,
+    training: Training | None = None,
+    on_tick: Callable[[], None] | None = None,
+) -> list[dict[str, Any]] | None:
+    """This node's part of a run over several nodes (:mod:`hetplan.run.commands`): every
+    rank's raw result, by rank, on the node of rank 0; None on the others.
+    ``rdzv_timeout_s`` bounds the wait for the other nodes to start."""
+    src = source_for(plan.model)
+    train = training or Training()
+    check_plan(plan, cluster, src, nodes=True)
+    if steps < 1 or warmup < 0:
+        raise InputError(f"steps ({steps}) must be >= 1 and warmup ({warmup}) >= 0")
+    resume = check_training(plan, train)
+    values = launch_node(
+        GATHER_ENTRY,
+        node,
+        payload=_payload(plan, src, steps, warmup, seed, train, resume),
+        cpus=[cluster.device(d).cpus for d in plan.devices],
+        timeout_s=timeout_s,
+        rdzv_timeout_s=rdzv_timeout_s,
+        on_tick=on_tick,
+    )
+    gathered: list[dict[str, Any]] | None = values.get(0)
+    return gathered
 
 
 def measure_plan(
@@ -236,3 +290,29 @@ def gpu_power_points(m: Measurement, cluster: Cluster) -> dict[str, list[tuple[f
         kind = cluster.device(r.device).type.name
         out.setdefault(kind, []).append((busy, r.energy_j / r.step_s))
     return out
+
+
+def log_results(directory: Path, raw: list[dict[str, Any]], plan: Plan, warmup: int) -> None:
+    """Write the step records of the ranks in ``raw`` that did not log into ``directory``
+    (the ranks of other nodes, whose logs stayed there): the step log of a run over several
+    nodes is complete on the first node."""
+    present = {int(p.stem.split("-")[1]) for p in directory.glob("rank-*.jsonl")}
+    last = plan.num_stages - 1
+    for r in raw:
+        if r["rank"] in present:
+            continue
+        with StepLogWriter(directory, r["rank"]) as log:
+            for i, step_s in enumerate(r["step_s"]):
+                log.write(
+                    {
+                        "step": r.get("first_step", 0) + i,
+                        "pipeline": r["pipeline"],
+                        "stage": r["stage"],
+                        "step_s": step_s,
+                        "loss": r["loss"][i],
+                        "samples": plan.pipelines[r["pipeline"]].batch if r["stage"] == last else 0,
+                        "peak_memory_bytes": r.get("peak_memory_bytes") if i == 0 else None,
+                        "energy_j": r["energy_j"][i] if r.get("energy_j") else None,
+                        "timed": i >= warmup,
+                    }
+                )

@@ -1,14 +1,14 @@
 """What each rank runs: build its part of the model, train ``warmup + steps`` steps, time them.
 
-``train_rank(ctx, payload)`` is the entry of :func:`hetplan.run.launch.launch_local`; the same
-function runs under ``torchrun`` on several nodes through ``python -m hetplan.run.worker``.
+``train_rank(ctx, payload)`` is the entry of :func:`hetplan.run.launch.launch_local`;
+``train_and_gather`` that of a run over several nodes (:func:`hetplan.run.launch.launch_node`),
+which collects every rank's result on rank 0.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
-import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +16,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hetplan.cluster import load_cluster
 from hetplan.plan.types import Plan
-from hetplan.run._rank import rank_main
 from hetplan.run.checkpoint import (
     CheckpointInfo,
-    find_checkpoint,
     load_checkpoint,
     save_checkpoint,
     step_seed,
@@ -29,16 +26,14 @@ from hetplan.run.checkpoint import (
 from hetplan.run.data import DatasetFeed, Feed, canonical_ref, make_feed
 from hetplan.run.energy import EnergyMeter, meter_for
 from hetplan.run.executor import Executor
-from hetplan.run.launch import RankContext, default_backend
+from hetplan.run.launch import RankContext
 from hetplan.run.layout import RankRole, rank_roles
-from hetplan.run.measure import default_path, save_measurement, summarize
 from hetplan.run.memory import measure_step_memory
-from hetplan.run.model import ModelSource, source_for
+from hetplan.run.model import ModelSource
 from hetplan.run.precision import LossScaler
 from hetplan.run.rank_setup import Groups, RankSetup, bucket_sync, exchange_templates, setup_rank
 from hetplan.run.steplog import StepLogWriter
 from hetplan.run.trial import StopRule
-from hetplan.serde import load_file
 
 # Default learning rates (``--lr`` overrides them): the usual defaults of SGD and Adam in the
 # papers' set-ups, stable for the zoo's models.
@@ -283,6 +278,7 @@ def _empty_result(ctx: RankContext, role: RankRole) -> dict[str, Any]:
     out: dict[str, Any] = {key: [] for key in keys}
     out.update(rank=ctx.rank, device=role.device, pipeline=role.pipeline, stage=role.stage)
     out["device_kind"] = ctx.device  # cpu or cuda:<k>
+    out["host"] = socket.gethostname()  # ranks of one host share one perf_counter clock
     out["last_step_start"] = 0.0
     return out
 
@@ -311,57 +307,3 @@ def train_and_gather(ctx: RankContext, payload: dict[str, Any]) -> list[Any] | N
     gathered: list[Any] | None = [None] * ctx.world_size if ctx.rank == 0 else None
     dist.gather_object(result, gathered, dst=0)
     return gathered
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The options of ``python -m hetplan.run.worker`` (what ``train --print-commands`` writes)."""
-    parser = argparse.ArgumentParser(prog="python -m hetplan.run.worker")
-    parser.add_argument("--plan", type=Path, required=True)
-    parser.add_argument("--cluster", type=Path, required=True)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--rdzv-timeout", type=float, default=300.0)
-    parser.add_argument("--data", default=None)
-    parser.add_argument("--checkpoint", default=None)
-    parser.add_argument("--checkpoint-every", type=int, default=0)
-    parser.add_argument("--resume", default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--lr", type=float, default=None)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Entry of one rank under ``torchrun`` (see :func:`hetplan.run.commands`)."""
-    args = build_parser().parse_args(argv)
-    plan = load_file(Plan, args.plan)
-    cluster = load_cluster(args.cluster)
-    payload = {
-        "plan": plan,
-        "source": source_for(plan.model),
-        "steps": args.steps,
-        "warmup": args.warmup,
-        "data": args.data,
-        "checkpoint_dir": args.checkpoint,
-        "checkpoint_every": args.checkpoint_every,
-        "resume": None if args.resume is None else str(find_checkpoint(Path(args.resume))),
-        "seed": args.seed,
-        "lr": args.lr,
-    }
-    cpus = [cluster.device(d).cpus for d in plan.devices]
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    raw = rank_main(
-        "hetplan.run.worker:train_and_gather",
-        payload,
-        cpus,
-        default_backend(local_world),
-        args.rdzv_timeout,
-    )
-    if raw is not None:
-        measurement = summarize(plan, raw, warmup=args.warmup, cluster=cluster.name)
-        save_measurement(measurement, args.out or default_path(plan))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
