@@ -1,0 +1,159 @@
+"""Plans over several nodes, for real on one machine: each "node" is its own
+``hetplan train --node NAME --rdzv 127.0.0.1:PORT`` process (loopback), with unequal numbers
+of ranks per node; a killed node ends the others within a bound, naming it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import torch
+
+from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.run.model import ZooSource
+from hetplan.run.reference import reference_run
+from hetplan.run.train import Training, run_plan
+from hetplan.serde import to_data
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTERS = ROOT / "examples" / "clusters"
+EXAMPLE = ROOT / "examples" / "data" / "blobs.py"
+MODEL, DATA = f"{EXAMPLE}:model", f"{EXAMPLE}:dataset"
+LAYERS = ["0", "1", "2", "3", "4"]
+FAILURE_BOUND_S = 60.0  # what docs/run.md promises for a dead node
+
+
+def _plan(pipelines: list[list[str]], batch: int, strategy: str) -> Plan:
+    """``pipelines``: each pipeline's devices; layers split evenly over its stages."""
+    pipes = []
+    for devices in pipelines:
+        n = len(devices)
+        cut = [round(k * len(LAYERS) / n) for k in range(n + 1)]
+        stages = [
+            StagePlan(layers=LAYERS[cut[k] : cut[k + 1]], devices=[devices[k]]) for k in range(n)
+        ]
+        pipes.append(PipelinePlan(stages=stages, batch=batch))
+    return Plan(
+        model=ModelRef(name=MODEL), strategy=strategy,  # type: ignore[arg-type]
+        global_batch=batch * len(pipes), micro_batches=2, pipelines=pipes, optimizer="adam",
+    )  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _start(
+    plan_file: Path, cluster: str, node: str, port: int, extra: list[str], env: dict[str, str]
+) -> subprocess.Popen[str]:
+    cmd = [
+        sys.executable, "-m", "hetplan", "train", str(plan_file), "--cluster",
+        str(CLUSTERS / cluster), "--node", node, "--rdzv", f"127.0.0.1:{port}",
+        "--data", DATA, *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["HETPLAN_TEST_RUN"] = uuid.uuid4().hex  # marks every process of the run
+    return env
+
+
+def _alive(marker: str) -> list[int]:
+    """Live processes whose environment holds ``marker`` (any process of the run)."""
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if f"HETPLAN_TEST_RUN={marker}".encode() in (entry / "environ").read_bytes():
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _run_nodes(plan: Plan, cluster: str, nodes: list[str], tmp: Path) -> dict[str, object]:
+    plan_file = tmp / "plan.json"
+    plan_file.write_text(json.dumps(to_data(plan)))
+    port, env = _free_port(), _env()
+    out = ["--steps", "3", "--warmup", "1", "--out", str(tmp / "m.json"), "--json"]
+    procs = {n: _start(plan_file, cluster, n, port, out, env) for n in reversed(nodes)}
+    results = {n: p.communicate(timeout=300) for n, p in procs.items()}
+    for n, p in procs.items():
+        assert p.returncode == 0, (n, results[n][1][-3000:])
+    for n in nodes[1:]:
+        assert f"node {nodes[0]} writes the measurement" in results[n][0]
+    assert _alive(env["HETPLAN_TEST_RUN"]) == []
+    data: dict[str, object] = json.loads(results[nodes[0]][0])
+    return data
+
+
+def _single_command_losses(plan: Plan) -> list[float]:
+    raw = run_plan(
+        plan, source=ZooSource(name=MODEL), steps=3, warmup=1, training=Training(data=DATA)
+    )
+    return [sum(r["loss"][i] for r in raw if r["loss"][i] is not None) for i in range(4)]
+
+
+def _close(a: object, b: list[float]) -> None:
+    torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=1e-5, atol=1e-6)
+
+
+def test_two_nodes_two_ranks_and_one(tmp_path: Path) -> None:
+    plan = _plan([["a.0", "a.1", "b.0"]], 16, "gpipe")
+    data = _run_nodes(plan, "loopback-2node.yaml", ["a", "b"], tmp_path)
+    _close(data["losses"], _single_command_losses(plan))
+    ref, _ = reference_run(plan, ZooSource(name=MODEL), steps=4, data=DATA)
+    _close(data["losses"], ref)
+    assert [r["device"] for r in data["ranks"]] == ["a.0", "a.1", "b.0"]  # type: ignore[attr-defined]
+    lines = Path(str(data["step_log"])).read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [0, 1, 2, 3]  # every rank's, on node a
+
+
+def test_three_nodes_hybrid_across_them(tmp_path: Path) -> None:
+    plan = _plan([["a.0", "a.1"], ["b.0", "c.0"]], 8, "hybrid")
+    data = _run_nodes(plan, "loopback-3node.yaml", ["a", "b", "c"], tmp_path)
+    _close(data["losses"], _single_command_losses(plan))
+
+
+def test_a_killed_node_ends_the_others_naming_it(tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(to_data(_plan([["a.0", "a.1", "b.0"]], 16, "gpipe"))))
+    port, env = _free_port(), _env()
+    ck = tmp_path / "ck"
+    extra = ["--steps", "100000", "--checkpoint", str(ck), "--checkpoint-every", "2"]
+    extra += ["--out", str(tmp_path / "m.json"), "--timeout", "240"]
+    b = _start(plan_file, "loopback-2node.yaml", "b", port, extra, env)
+    a = _start(plan_file, "loopback-2node.yaml", "a", port, extra, env)
+    deadline = time.monotonic() + 120
+    while not (ck / "latest").exists():  # training is under way on both nodes
+        assert a.poll() is None and b.poll() is None, a.stderr.read() if a.stderr else ""
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    os.killpg(b.pid, signal.SIGKILL)  # node b's command and, with it, its ranks
+    killed = time.monotonic()
+    _, err = a.communicate(timeout=FAILURE_BOUND_S + 30)
+    took = time.monotonic() - killed
+    b.wait()
+    assert a.returncode == 2
+    assert took < FAILURE_BOUND_S, took
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("hetplan: error: rank 2 (node b)"), last
+    kept = [x for x in err.splitlines() if x.startswith("kept ")]
+    assert kept and (tmp_path / "m.steps.jsonl").read_text().count("\n") >= 2
+    time.sleep(1.0)  # SIGKILL is delivered asynchronously
+    assert _alive(env["HETPLAN_TEST_RUN"]) == []
