@@ -66,7 +66,7 @@ def run(spec: LaunchSpec) -> dict[str, Any]:
     try:
         values = launcher(
             spec.entry, spec.payload, spec.cpus, spec.backend, spec.rdzv_timeout_s,
-            spec.ranks, spec.nodes,
+            spec.ranks, spec.nodes, spec.devices,
         )  # fmt: skip
     except ChildFailedError as err:
         failures = []

@@ -130,10 +130,13 @@ def rank_main(
     rdzv_timeout_s: float,
     ranks: list[int] | None = None,
     nodes: list[str] | None = None,
+    devices: list[str] | None = None,
 ) -> tuple[int, Any]:
     """``payload``: the entry's payload, or its pickle (as :func:`launch_local` sends it).
     ``ranks``: the plan rank of each local rank (None: torch's ranks are the plan's);
-    ``nodes``: the node of every plan rank (for messages). Returns (plan rank, result)."""
+    ``nodes``: the node of every plan rank (for messages); ``devices``: the torch device of
+    every plan rank (None: ``cuda:<local rank>`` under NCCL, else ``cpu``). Returns (plan rank,
+    result)."""
     die_with_parent()
     if isinstance(payload, bytes):
         payload = pickle.loads(payload)
@@ -148,10 +151,11 @@ def rank_main(
     else:  # share this node's cores between its ranks instead of oversubscribing them
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // local_world))
-    device = "cpu"
-    if backend == "nccl":
-        device = f"cuda:{local_rank}"
-        torch.cuda.set_device(local_rank)
+    device = "cpu" if backend != "nccl" else f"cuda:{local_rank}"
+    if devices is not None:
+        device = devices[rank]
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
     ctx = RankContext(
         rank=rank,
         world_size=world,
@@ -159,6 +163,7 @@ def rank_main(
         device=device,
         backend=backend,
         cpus=tuple(mine) if mine else None,
+        via_host=backend == "gloo" and device.startswith("cuda"),
     )
     fn = resolve_entry(entry)
     dist.init_process_group(backend, timeout=timedelta(seconds=rdzv_timeout_s))

@@ -189,7 +189,7 @@ class Executor:
         for w in works:
             w.wait()
         self.trace.append(("recv", stage, j, -1, posted, time.perf_counter()))
-        return bufs
+        return p2p.arrived(bufs, self.device)
 
     def _forward(self, act: Action) -> None:
         io, st = self.io, self._s

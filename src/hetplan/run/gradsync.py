@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hetplan.cost.comm_buckets import ddp_bucket_members, first_bucket
+from hetplan.run import p2p
 
 Recorder = Callable[[str, int, float, float], None]
 """(kind, part, start, end): an executed action for the trace."""
@@ -136,7 +137,7 @@ class TieSync:
         """Non-owners: after the last backward, send the partial gradient to the owner."""
         for i, name, owner, peers in self.entries:
             if not owner:
-                g = self._grad(name).clone()
+                g = p2p.wire(self._grad(name).clone())
                 self._sends.append(dist.isend(g, peers[0], self.group, TIE_TAG + 2 * i))
 
     def add_partials(self) -> bool:
@@ -147,9 +148,9 @@ class TieSync:
             if owner:
                 g = self._grad(name)
                 for src in peers:
-                    buf = torch.empty_like(g)
+                    buf = torch.empty_like(g, device=p2p.wire_device(str(g.device)))
                     dist.recv(buf, src, self.group, TIE_TAG + 2 * i)
-                    g.add_(buf)
+                    g.add_(buf.to(g.device))
                 owns = True
         return owns
 
@@ -159,10 +160,12 @@ class TieSync:
             g = self._grad(name)
             if owner:
                 self._sends += [
-                    dist.isend(g, dst, self.group, TIE_TAG + 2 * i + 1) for dst in peers
+                    dist.isend(p2p.wire(g), dst, self.group, TIE_TAG + 2 * i + 1) for dst in peers
                 ]
             else:
-                dist.recv(g, peers[0], self.group, TIE_TAG + 2 * i + 1)
+                buf = torch.empty_like(g, device=p2p.wire_device(str(g.device)))
+                dist.recv(buf, peers[0], self.group, TIE_TAG + 2 * i + 1)
+                g.copy_(buf)
         for w in self._sends:
             w.wait()
         self._sends = []

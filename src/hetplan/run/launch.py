@@ -61,6 +61,8 @@ class RankContext:
     """``gloo`` or ``nccl``; the default process group is initialised with it."""
     cpus: tuple[int, ...] | None = None
     """CPU cores this rank is pinned to, if any."""
+    via_host: bool = False
+    """A GPU rank in a job gloo carries: point-to-point tensors go through host memory."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +90,9 @@ class LaunchSpec:
     """The plan rank of each local rank (None: torch's numbering, one node)."""
     nodes: list[str] | None = None
     """The node of every plan rank, for messages."""
+    devices: list[str] | None = None
+    """The torch device of every plan rank (:mod:`hetplan.run.placement`); None: ``cuda:<local
+    rank>`` under NCCL, else ``cpu``."""
 
 
 PR_SET_PDEATHSIG = 1  # prctl(2) option: the signal a process gets when its parent dies
@@ -159,6 +164,7 @@ def launch_local(
     timeout_s: float = 300.0,
     rdzv_timeout_s: float = 30.0,
     on_tick: Callable[[], None] | None = None,
+    devices: list[str] | None = None,
 ) -> list[Any]:
     """Run ``entry(ctx, payload)`` in ``world_size`` local ranks; return their results by rank.
 
@@ -175,7 +181,7 @@ def launch_local(
     if len(cpu_list) != world_size:
         raise InputError(f"cpus: {len(cpu_list)} entries for {world_size} ranks")
     _check_cpus(cpu_list)
-    spec = _spec(entry, world_size, payload, cpu_list, rdzv_timeout_s)
+    spec = _spec(entry, world_size, payload, cpu_list, rdzv_timeout_s, devices)
     values = _launch(spec, timeout_s, on_tick)
     return [values[r] for r in sorted(values)]
 
@@ -189,6 +195,7 @@ def launch_node(
     timeout_s: float = 300.0,
     rdzv_timeout_s: float = 300.0,
     on_tick: Callable[[], None] | None = None,
+    devices: list[str] | None = None,
 ) -> dict[int, Any]:
     """This node's ranks of a run over ``node.nnodes`` nodes: the same command on every node
     (but the node), joined through torch's c10d rendezvous at ``node.rdzv_endpoint``. Returns
@@ -200,7 +207,7 @@ def launch_node(
         raise InputError(f"cpus: {len(cpu_list)} entries for {world} ranks")
     _check_cpus([cpu_list[r] for r in node.ranks])
     spec = dataclasses.replace(
-        _spec(entry, len(node.ranks), payload, cpu_list, rdzv_timeout_s),
+        _spec(entry, len(node.ranks), payload, cpu_list, rdzv_timeout_s, devices),
         nnodes=node.nnodes,
         rdzv_endpoint=node.rdzv_endpoint,
         run_id=node.run_id,
@@ -217,14 +224,18 @@ def _spec(
     payload: dict[str, Any],
     cpus: list[tuple[int, ...] | None],
     rdzv_timeout_s: float,
+    devices: list[str] | None,
 ) -> LaunchSpec:
     resolve_entry(entry)  # fail here, not in every rank
+    from hetplan.run.placement import job_backend  # noqa: PLC0415  (the agent needs no torch)
+
     return LaunchSpec(
         entry=entry,
         world_size=nproc,
         payload=pickle.dumps(payload),
         cpus=cpus,
-        backend=default_backend(nproc),
+        backend=job_backend(devices) if devices else default_backend(nproc),
+        devices=devices,
         rdzv_timeout_s=rdzv_timeout_s,
         preload=[m for m in [entry.partition(":")[0]] if m.startswith("hetplan.")],
     )

@@ -71,6 +71,37 @@ def template_of(values: tuple[Any, ...]) -> Template:
     return Template(spec, tuple(leaves))
 
 
+@dataclass
+class _Staging:
+    """Stage point-to-point tensors through host memory: gloo moves only CPU tensors, so a GPU
+    rank in a job that gloo carries (one that mixes CPU and GPU ranks) sends and receives CPU
+    copies. Set once per rank process (each rank is its own process)."""
+
+    via_host: bool = False
+
+
+_STAGING = _Staging()
+
+
+def configure(via_host: bool) -> None:
+    _STAGING.via_host = via_host
+
+
+def wire(t: torch.Tensor) -> torch.Tensor:
+    """The tensor to hand to ``isend`` (a CPU copy when staging through the host)."""
+    return t.detach().to("cpu", copy=True) if _STAGING.via_host else t
+
+
+def wire_device(device: str) -> str:
+    """Where receive buffers live."""
+    return "cpu" if _STAGING.via_host else device
+
+
+def arrived(bufs: list[torch.Tensor], device: str) -> list[torch.Tensor]:
+    """Received buffers on the rank's device (after their works completed)."""
+    return [b.to(device) for b in bufs] if _STAGING.via_host else bufs
+
+
 def tag(microbatch: int, backward: bool, leaf: int) -> int:
     return (microbatch * 2 + int(backward)) * TAG_STRIDE + leaf
 
@@ -79,7 +110,7 @@ def send_values(values: tuple[Any, ...], t: Template, dst: int, microbatch: int)
     flat = pytree.tree_leaves(values)
     works = []
     for i in t.tensors:
-        data = flat[i].detach().contiguous()
+        data = wire(flat[i].detach().contiguous())
         works.append(dist.isend(data, dst, tag=tag(microbatch, False, i)))
     return works
 
@@ -98,7 +129,7 @@ def _post_recv(
     for i in leaves:
         leaf = t.leaves[i]
         assert leaf.shape is not None and leaf.dtype is not None
-        buf = torch.empty(leaf.shape, dtype=leaf.dtype, device=device)
+        buf = torch.empty(leaf.shape, dtype=leaf.dtype, device=wire_device(device))
         bufs.append(buf)
         works.append(dist.irecv(buf, src, tag=tag(microbatch, backward, i)))
     return bufs, works
@@ -128,7 +159,7 @@ def send_grads(
     grads: list[torch.Tensor], t: Template, dst: int, microbatch: int
 ) -> list[dist.Work]:
     return [
-        dist.isend(g.contiguous(), dst, tag=tag(microbatch, True, i))
+        dist.isend(wire(g.contiguous()), dst, tag=tag(microbatch, True, i))
         for g, i in zip(grads, t.grads, strict=True)
     ]
 

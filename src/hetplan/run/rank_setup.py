@@ -217,7 +217,7 @@ def exchange_templates(setup: RankSetup, sample: Any, device: str, dtype: str) -
         bufs, works = p2p.recv_values(tin, io.prev_rank, 0, device)
         for w in works:
             w.wait()
-        args = p2p.assemble(tin, bufs)
+        args = p2p.assemble(tin, p2p.arrived(bufs, device))
     tout = None
     if not io.last:
         assert io.next_rank is not None

@@ -18,6 +18,7 @@ from hetplan.run.launch import NodeRun, launch_local, launch_node
 from hetplan.run.layout import check_executable
 from hetplan.run.measure import Measurement, summarize
 from hetplan.run.model import ModelSource, layer_names, source_for
+from hetplan.run.placement import check_local_devices, rank_devices
 from hetplan.run.steplog import StepLogWriter
 from hetplan.run.trial import StopRule
 
@@ -141,6 +142,10 @@ def run_plan(
     payload = _payload(plan, src, steps, warmup, seed, train, resume) | {
         "return_grads": return_grads
     }
+    devices = None
+    if cluster is not None:
+        devices = rank_devices(plan, cluster)
+        check_local_devices(devices, list(range(len(devices))), _gpus())
     return launch_local(
         ENTRY,
         len(plan.devices),
@@ -149,7 +154,14 @@ def run_plan(
         timeout_s=timeout_s,
         rdzv_timeout_s=rdzv_timeout_s,
         on_tick=on_tick,
+        devices=devices,
     )
+
+
+def _gpus() -> int:
+    import torch  # noqa: PLC0415
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def _payload(
@@ -200,6 +212,8 @@ def run_node(
     if steps < 1 or warmup < 0:
         raise InputError(f"steps ({steps}) must be >= 1 and warmup ({warmup}) >= 0")
     resume = check_training(plan, train)
+    devices = rank_devices(plan, cluster)
+    check_local_devices(devices, node.ranks, _gpus())
     values = launch_node(
         GATHER_ENTRY,
         node,
@@ -208,6 +222,7 @@ def run_node(
         timeout_s=timeout_s,
         rdzv_timeout_s=rdzv_timeout_s,
         on_tick=on_tick,
+        devices=devices,
     )
     gathered: list[dict[str, Any]] | None = values.get(0)
     return gathered

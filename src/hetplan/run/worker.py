@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hetplan.plan.types import Plan
+from hetplan.run import p2p
 from hetplan.run.checkpoint import (
     CheckpointInfo,
     load_checkpoint,
@@ -67,6 +68,7 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     if len(roles) != ctx.world_size:
         raise RuntimeError(f"plan has {len(roles)} ranks but the world has {ctx.world_size}")
     role = roles[ctx.rank]
+    p2p.configure(ctx.via_host or bool(payload.get("p2p_via_host")))
     timeout_s = float(payload.get("collective_timeout_s", COLLECTIVE_TIMEOUT_S))
     groups = Groups(plan, ctx.rank, ctx.world_size, timeout_s)
     setup = setup_rank(plan, role, source, seed, ctx.device)

@@ -1,0 +1,43 @@
+"""Where each rank runs, and which backend carries the job.
+
+A rank runs on its plan device: ``cuda:<index>`` for a GPU of the cluster file (``index``: the
+device's index within its node), ``cpu`` for a CPU device. NCCL carries the job when every rank
+is on a GPU of its own; gloo otherwise, including jobs that mix CPU and GPU ranks (the GPU ranks
+then stage point-to-point tensors through host memory, :func:`hetplan.run.p2p.configure`;
+gloo's all-reduce takes CUDA tensors itself).
+"""
+
+from __future__ import annotations
+
+from hetplan.cluster.spec import Cluster
+from hetplan.errors import InputError
+from hetplan.plan.types import Plan
+
+CPU_TYPES = ("cpu",)
+"""Device types that are host CPUs (every other catalog type is a GPU)."""
+
+
+def rank_devices(plan: Plan, cluster: Cluster) -> list[str]:
+    """The torch device of every plan rank, from the cluster file."""
+    out = []
+    for dev_id in plan.devices:
+        dev = cluster.device(dev_id)
+        out.append("cpu" if dev.type.name.lower() in CPU_TYPES else f"cuda:{dev.index}")
+    return out
+
+
+def job_backend(devices: list[str]) -> str:
+    """nccl when every rank has a GPU of its own (per node), gloo otherwise."""
+    return "nccl" if devices and all(d.startswith("cuda") for d in devices) else "gloo"
+
+
+def check_local_devices(devices: list[str], ranks: list[int], gpus: int) -> None:
+    """InputError when a rank started here needs a GPU this machine lacks."""
+    for r in ranks:
+        d = devices[r]
+        if d.startswith("cuda") and int(d.partition(":")[2]) >= gpus:
+            have = f"{gpus} GPU(s)" if gpus else "no CUDA GPU"
+            raise InputError(
+                f"rank {r} is to run on {d} (its plan device is a GPU in the cluster file) but "
+                f"this machine has {have}; use a cluster file that describes this machine"
+            )
