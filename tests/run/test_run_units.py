@@ -198,3 +198,15 @@ def test_failure_descriptions() -> None:
         RuntimeError("[pair.cc:537] Read error [127.0.0.1]: Connection reset by peer")
     )
     assert not is_peer_loss(ValueError("Connection reset by peer"))
+
+
+def test_the_failure_that_explains_the_others_is_reported_first() -> None:
+    from hetplan.run._agent import _root_cause_first  # noqa: PLC0415
+
+    failures = [
+        (0, "RuntimeError: peer lost: lost the rendezvous store on node a: closed", ""),
+        (1, "RuntimeError: Connection closed by peer", ""),
+        (2, "RuntimeError: peer lost: rank 3 (node b) stopped responding (seen by rank 2)", ""),
+        (4, "killed by signal SIGKILL (out of memory?)", ""),
+    ]
+    assert [f[0] for f in _root_cause_first(failures)] == [4, 2, 0, 1]

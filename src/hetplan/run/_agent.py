@@ -67,6 +67,7 @@ def run(spec: LaunchSpec) -> dict[str, Any]:
         values = launcher(
             spec.entry, spec.payload, spec.cpus, spec.backend, spec.rdzv_timeout_s,
             spec.ranks, spec.nodes, spec.devices,
+            None if spec.nodes is None else f"{spec.rdzv_endpoint}/{spec.run_id}",
         )  # fmt: skip
     except ChildFailedError as err:
         failures = []
@@ -87,10 +88,19 @@ def _rdzv_configs(spec: LaunchSpec) -> dict[str, Any]:
 
 
 def _root_cause_first(failures: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
-    """A rank killed by a signal or naming silent peers explains the others' errors."""
+    """The failure that explains the others first: a rank killed by a signal, then one naming
+    silent peers, then one that lost the rendezvous store (which the agent closes when it tears
+    a failed run down, so that ranks still waiting see it go), then the rest."""
 
     def weight(f: tuple[int, str, str]) -> int:
-        return 0 if f[1].startswith("killed by signal") or "peer lost" in f[1] else 1
+        cause = f[1]
+        if cause.startswith("killed by signal"):
+            return 0
+        if "stopped responding" in cause:
+            return 1
+        if "lost the rendezvous store" in cause:
+            return 2
+        return 3
 
     return sorted(failures, key=weight)
 

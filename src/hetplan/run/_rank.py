@@ -36,6 +36,7 @@ PEER_LOSS_MARKERS = (
     "NCCL communicator was aborted",
 )
 DONE = b"done"
+STORE_ERROR_CHARS = 120  # characters of a store error kept in the one-line message
 
 
 class Heartbeat(threading.Thread):
@@ -45,9 +46,11 @@ class Heartbeat(threading.Thread):
     connections, a rank stuck forever). Counters, not clocks: machines need not agree on time.
     """
 
-    def __init__(self, store: Any, rank: int, world: int, nodes: list[str] | None) -> None:
+    def __init__(
+        self, store: Any, rank: int, world: int, nodes: list[str] | None, prefix: str = ""
+    ) -> None:
         super().__init__(name="hetplan-heartbeat", daemon=True)
-        self.store = dist.PrefixStore("hetplan/heartbeat", store)
+        self.store = dist.PrefixStore(f"hetplan/heartbeat/{prefix}", store)
         self.rank, self.world, self.nodes = rank, world, nodes
         self.halt = threading.Event()
         self._beats = 0
@@ -83,6 +86,12 @@ class Heartbeat(threading.Thread):
         mine = f"rank {self.rank}" + (f" on node {self.nodes[self.rank]}" if self.nodes else "")
         return f"{PEER_LOST}: {', '.join(where)} stopped responding (seen by {mine})"
 
+    def store_lost(self, err: BaseException) -> str:
+        """The message of a rank that lost the store its heartbeats live in."""
+        why = str(err).splitlines()[0][:STORE_ERROR_CHARS] if str(err) else type(err).__name__
+        where = f" on node {self.nodes[0]} (the plan's first node)" if self.nodes else ""
+        return f"{PEER_LOST}: lost the rendezvous store{where}: {why}"
+
     def run(self) -> None:
         misses: dict[int, int] = {}
         last = self.sample()
@@ -100,7 +109,7 @@ class Heartbeat(threading.Thread):
                 last = now
                 gone = sorted(r for r, n in misses.items() if n >= WATCH_MISSES)
             except Exception as err:  # the store's host is gone: its node died
-                _die(f"{PEER_LOST}: lost the rendezvous store ({type(err).__name__}: {err})")
+                _die(self.store_lost(err))
             if gone:
                 _die(self.describe(gone))
 
@@ -131,11 +140,13 @@ def rank_main(
     ranks: list[int] | None = None,
     nodes: list[str] | None = None,
     devices: list[str] | None = None,
+    rendezvous: str | None = None,
 ) -> tuple[int, Any]:
     """``payload``: the entry's payload, or its pickle (as :func:`launch_local` sends it).
     ``ranks``: the plan rank of each local rank (None: torch's ranks are the plan's);
     ``nodes``: the node of every plan rank (for messages); ``devices``: the torch device of
-    every plan rank (None: ``cuda:<local rank>`` under NCCL, else ``cpu``). Returns (plan rank,
+    every plan rank (None: ``cuda:<local rank>`` under NCCL, else ``cpu``); ``rendezvous``:
+    ``HOST:PORT/run id`` of a run over several nodes (where heartbeats go). Returns (plan rank,
     result)."""
     die_with_parent()
     if isinstance(payload, bytes):
@@ -167,7 +178,7 @@ def rank_main(
     )
     fn = resolve_entry(entry)
     dist.init_process_group(backend, timeout=timedelta(seconds=rdzv_timeout_s))
-    beat = Heartbeat(dist.distributed_c10d._get_default_store(), rank, world, nodes)
+    beat = _heartbeat(rank, world, nodes, rendezvous, rdzv_timeout_s)
     beat.start()
     try:
         result = fn(ctx, payload)
@@ -180,6 +191,27 @@ def rank_main(
     return rank, result
 
 
+def _heartbeat(
+    rank: int, world: int, nodes: list[str] | None, rendezvous: str | None, timeout_s: float
+) -> Heartbeat:
+    """On one node, the heartbeats live in the process group's store. On several nodes, in the
+    rendezvous store of the plan's first node (``rendezvous``: ``HOST:PORT/run id``): the
+    workers' store is hosted by whichever node torch's rendezvous ranked first, and a
+    heartbeat kept there would die with that node, unable to name it."""
+    if rendezvous is None:
+        return Heartbeat(dist.distributed_c10d._get_default_store(), rank, world, nodes)
+    endpoint, _, run = rendezvous.partition("/")
+    host, _, port = endpoint.rpartition(":")
+    store = dist.TCPStore(
+        host,
+        int(port),
+        is_master=False,
+        timeout=timedelta(seconds=timeout_s),
+        wait_for_workers=False,
+    )
+    return Heartbeat(store, rank, world, nodes, prefix=run)
+
+
 def _peer_lost(beat: Heartbeat, err: BaseException) -> BaseException:
     """A peer died under a collective. Wait a moment, so that the agent (which tears
     everything down within 0.1 s of a local rank's exit) reports a local peer's death, the
@@ -188,8 +220,8 @@ def _peer_lost(beat: Heartbeat, err: BaseException) -> BaseException:
         before = beat.sample()
         time.sleep(PEER_LOSS_GRACE_S)
         gone = beat.silent(before, beat.sample())
-    except Exception as store_err:  # the store went with the dead node
-        return RuntimeError(f"{PEER_LOST}: lost the rendezvous store ({store_err}) after {err}")
+    except Exception as store_err:  # the store went with the dead node (or the run's end)
+        return RuntimeError(beat.store_lost(store_err))
     return RuntimeError(beat.describe(gone)) if gone else err
 
 
