@@ -201,7 +201,7 @@ def test_failure_descriptions() -> None:
 
 
 def test_the_failure_that_explains_the_others_is_reported_first() -> None:
-    from hetplan.run._agent import _root_cause_first  # noqa: PLC0415
+    from hetplan.run._agent import _root_cause_first
 
     failures = [
         (0, "RuntimeError: peer lost: lost the rendezvous store on node a: closed", ""),
