@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -60,6 +61,10 @@ def _start(
         str(CLUSTERS / cluster), "--node", node, "--rdzv", f"127.0.0.1:{port}",
         "--data", DATA, *extra,
     ]  # fmt: skip
+    return _popen(cmd, env)
+
+
+def _popen(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         start_new_session=True,
@@ -86,12 +91,26 @@ def _alive(marker: str) -> list[int]:
     return pids
 
 
+def _printed_commands(plan_file: Path, cluster: str, port: int, tmp: Path) -> list[list[str]]:
+    """``train --print-commands``, as a user would copy them (hetplan -> this interpreter)."""
+    argv = [
+        sys.executable, "-m", "hetplan", "train", str(plan_file), "--cluster",
+        str(CLUSTERS / cluster), "--print-commands", "--rdzv", f"127.0.0.1:{port}",
+        "--data", DATA, "--steps", "3", "--warmup", "1", "--out", str(tmp / "m.json"),
+    ]  # fmt: skip
+    printed = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    cmds = [shlex.split(line) for line in printed.strip().splitlines()]
+    assert all(c[0] == "hetplan" for c in cmds)
+    return [[sys.executable, "-m", "hetplan", *c[1:], "--json"] for c in cmds]
+
+
 def _run_nodes(plan: Plan, cluster: str, nodes: list[str], tmp: Path) -> dict[str, object]:
     plan_file = tmp / "plan.json"
     plan_file.write_text(json.dumps(to_data(plan)))
     port, env = _free_port(), _env()
-    out = ["--steps", "3", "--warmup", "1", "--out", str(tmp / "m.json"), "--json"]
-    procs = {n: _start(plan_file, cluster, n, port, out, env) for n in reversed(nodes)}
+    cmds = _printed_commands(plan_file, cluster, port, tmp)
+    assert [c[c.index("--node") + 1] for c in cmds] == nodes  # the first node first
+    procs = {n: _popen(c, env) for n, c in reversed(list(zip(nodes, cmds, strict=True)))}
     results = {n: p.communicate(timeout=300) for n, p in procs.items()}
     for n, p in procs.items():
         assert p.returncode == 0, (n, results[n][1][-3000:])
