@@ -1,14 +1,22 @@
-"""What ``hetplan train`` shows beside the numbers: the simulated and the executed timeline of
-the plan side by side (one PNG next to the measurement file)."""
+"""What ``hetplan train`` shows: the report (measured against predicted time, memory and energy,
+losses) as text or JSON, and the simulated and the executed timeline of the plan side by side
+(one PNG next to the measurement file)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+from rich.box import SIMPLE_HEAD
+from rich.table import Table
+
+from hetplan.cli.output import console
 from hetplan.report.charts import Bar, gantt_chart
 from hetplan.run.layout import rank_roles
-from hetplan.run.measure import Measurement
+from hetplan.run.measure import Measurement, memory_error
+from hetplan.serde import to_data
 from hetplan.simulate.timeline import Timeline
+from hetplan.units import fmt_bytes, fmt_seconds
 
 
 def trace_chart(m: Measurement, timeline: Timeline, path: Path) -> Path:
@@ -33,3 +41,96 @@ def trace_chart(m: Measurement, timeline: Timeline, path: Path) -> Path:
 
 def _label(microbatch: int) -> str:
     return "" if microbatch < 0 else str(microbatch)
+
+
+def print_report(
+    m: Measurement, path: Path, chart: Path | None, idle: tuple[float, int] = (0.0, 0)
+) -> None:
+    """The run's report; ``idle``: (watts, count) of the cluster's devices the plan leaves out."""
+    console.print(
+        f"{m.plan.strategy} on {len(m.ranks)} ranks: measured iteration "
+        f"{fmt_seconds(m.measured_iteration_s)} (median of {m.steps} steps after {m.warmup} "
+        f"warm-up; p10 {fmt_seconds(m.iteration_p10_s)}, p90 {fmt_seconds(m.iteration_p90_s)})"
+    )
+    if m.predicted_iteration_s is not None and m.relative_error is not None:
+        console.print(
+            f"predicted {fmt_seconds(m.predicted_iteration_s)} ({m.prediction_source}); "
+            f"relative error {100 * m.relative_error:+.1f}%"
+        )
+    else:
+        console.print(f"no prediction: {m.prediction_source}")
+    table = Table(box=SIMPLE_HEAD)
+    heads = ("rank", "device", "p.s", "step", "fwd", "bwd", "opt", "wait", "peak mem", "pred mem")
+    for col in heads:
+        table.add_column(col, justify="left" if col == "device" else "right", no_wrap=True)
+    for r in m.ranks:
+        table.add_row(
+            str(r.rank), r.device, f"{r.pipeline}.{r.stage}", fmt_seconds(r.step_s),
+            fmt_seconds(r.forward_s), fmt_seconds(r.backward_s), fmt_seconds(r.optimizer_s),
+            fmt_seconds(r.wait_s), fmt_bytes(r.peak_memory_bytes), _pred_mem(r),
+        )  # fmt: skip
+    console.print(table)
+    console.print(
+        "p.s: pipeline.stage; wait: communication not hidden by compute + idle; "
+        f"peak mem: {m.ranks[0].memory_source} of the first step; pred mem: predicted without the "
+        "framework allowance (error)"
+    )
+    if m.energy_j_per_iteration is not None:
+        pred = m.predicted_energy_j_per_iteration
+        vs = f"; predicted {pred:.3g} J" if pred is not None else ""
+        console.print(
+            f"energy per iteration of the plan's devices {m.energy_j_per_iteration:.3g} J, "
+            f"{m.energy_source}{vs}"
+        )
+        if idle[1]:
+            idle_j = idle[0] * m.measured_iteration_s
+            console.print(
+                f"  + {idle_j:.3g} J idle power of the {idle[1]} cluster device(s) the plan leaves "
+                f"out (modelled) = {m.energy_j_per_iteration + idle_j:.3g} J per iteration"
+            )
+    first = m.first_step
+    console.print(
+        f"losses (global-batch mean, steps {first}..{first + len(m.loss) - 1}): {_losses(m.loss)}"
+    )
+    if m.checkpoint is not None:
+        console.print(f"checkpoint {m.checkpoint} (resume with --resume)")
+    console.print(f"saved {path}" + (f" and {chart}" if chart is not None else ""))
+
+
+def _losses(losses: list[float], keep: int = 8) -> str:
+    """Every loss, or the first and last few of a long run."""
+    text = [f"{x:.4f}" for x in losses]
+    if len(text) > 2 * keep:
+        text = [*text[: keep // 2], "...", *text[-keep:]]
+    return ", ".join(text)
+
+
+def _pred_mem(r: Any) -> str:
+    err = memory_error(r)
+    if err is None:
+        return "-"
+    return f"{fmt_bytes(r.predicted_memory_bytes)} ({100 * err:+.0f}%)"
+
+
+def report_json(m: Measurement, path: Path, chart: Path | None, idle_w: float) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "predicted_iteration_s": m.predicted_iteration_s,
+        "measured_iteration_s": m.measured_iteration_s,
+        "relative_error": m.relative_error,
+        "prediction_source": m.prediction_source,
+        "iteration_p10_s": m.iteration_p10_s,
+        "iteration_p90_s": m.iteration_p90_s,
+        "steps": m.steps,
+        "warmup": m.warmup,
+        "losses": m.loss,
+        "first_step": m.first_step,
+        "energy_j_per_iteration": m.energy_j_per_iteration,
+        "predicted_energy_j_per_iteration": m.predicted_energy_j_per_iteration,
+        "energy_source": m.energy_source,
+        "checkpoint": m.checkpoint,
+        "idle_w_of_unused_devices": idle_w,
+        "ranks": [{**to_data(r), "memory_error": memory_error(r)} for r in m.ranks],
+        "file": str(path),
+        "trace_chart": None if chart is None else str(chart),
+    }
+    return data
