@@ -65,3 +65,31 @@ def test_staging_through_host_memory_trains_the_same_network() -> None:
     got = [sum(r["loss"][i] for r in raw if r["loss"][i] is not None) for i in range(2)]
     ref, _ = reference_run(plan, TIED, seed=3, steps=2)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), rtol=1e-5, atol=1e-6)
+
+
+MIXED = """
+name: mixed
+device_types:
+  xeon: {base: cpu}
+nodes:
+  - name: n
+    devices:
+      - {type: xeon, count: 2}
+      - {type: T4, count: 2}
+      - {type: cpu, count: 1}
+      - {type: V100-32GB, count: 1}
+    link: {type: PCIe3x16}
+"""
+
+
+def test_gpus_are_numbered_among_gpus_and_cpu_bases_stay_cpus(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text(MIXED)
+    cluster = load_cluster(tmp_path / "c.yaml")
+    ids = [d.id for d in cluster.devices]
+    plan = Plan(
+        model=ModelRef(name="m"), strategy="dp", global_batch=6, micro_batches=1,
+        pipelines=[PipelinePlan(stages=[StagePlan(layers=["a"], devices=[d])], batch=1)
+                   for d in ids],
+    )  # fmt: skip
+    # xeon x2 (a cpu type of its own), T4 x2, cpu, V100: the V100 is the node's third GPU.
+    assert rank_devices(plan, cluster) == ["cpu", "cpu", "cuda:0", "cuda:1", "cpu", "cuda:2"]

@@ -59,6 +59,7 @@ def _dev(
         idle_w = idle_frac * max_w
     return DeviceType(
         name=name,
+        is_cpu=name == "cpu",
         peak_flops=flops,
         memory_bandwidth=bw_gbps * GBPS,
         memory_bytes=mem_gib * GiB,

@@ -84,6 +84,7 @@ def _device_type(name: str, cfg: DeviceTypeConfig, where: str) -> DeviceType:
     kernel_s = base.kernel_overhead_s if us is None else us / PER_S
     dt = DeviceType(
         name=name,
+        is_cpu=base.is_cpu,
         peak_flops=flops,
         memory_bandwidth=pick(cfg.memory_bandwidth_GBps, GB, base.memory_bandwidth),
         memory_bytes=pick(cfg.memory_GiB, GiB, base.memory_bytes),

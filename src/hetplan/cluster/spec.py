@@ -45,6 +45,8 @@ class DeviceType:
     """Power at full load (TDP/TGP), watts."""
     price_per_hour: float | None = None
     """On-demand rental price, USD per hour, if known."""
+    is_cpu: bool = False
+    """A host CPU (ranks on it run on ``cpu``); every other type is a GPU (``cuda``)."""
     compute_efficiency: float = DEFAULT_COMPUTE_EFFICIENCY
     """Achieved fraction of peak FLOP/s for a layer's compute-bound part."""
     memory_efficiency: float = DEFAULT_MEMORY_EFFICIENCY

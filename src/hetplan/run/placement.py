@@ -1,7 +1,8 @@
 """Where each rank runs, and which backend carries the job.
 
-A rank runs on its plan device: ``cuda:<index>`` for a GPU of the cluster file (``index``: the
-device's index within its node), ``cpu`` for a CPU device. NCCL carries the job when every rank
+A rank runs on its plan device: ``cuda:<k>`` for the k-th GPU its node lists in the cluster file
+(CPU devices of the node not counted; ``CUDA_VISIBLE_DEVICES`` renumbers as usual), ``cpu`` for a
+CPU device (a type whose base is the catalog's ``cpu``). NCCL carries the job when every rank
 is on a GPU of its own; gloo otherwise, including jobs that mix CPU and GPU ranks (the GPU ranks
 then stage point-to-point tensors through host memory, :func:`hetplan.run.p2p.configure`;
 gloo's all-reduce takes CUDA tensors itself).
@@ -13,8 +14,13 @@ from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.plan.types import Plan
 
-CPU_TYPES = ("cpu",)
-"""Device types that are host CPUs (every other catalog type is a GPU)."""
+
+def gpu_index(cluster: Cluster, device_id: str) -> int:
+    """The CUDA index of a GPU device: how many GPUs its node lists before it (CPU devices of
+    the node do not count)."""
+    dev = cluster.device(device_id)
+    before = [d for d in cluster.devices if d.node == dev.node and d.index < dev.index]
+    return sum(1 for d in before if not d.type.is_cpu)
 
 
 def rank_devices(plan: Plan, cluster: Cluster) -> list[str]:
@@ -22,7 +28,7 @@ def rank_devices(plan: Plan, cluster: Cluster) -> list[str]:
     out = []
     for dev_id in plan.devices:
         dev = cluster.device(dev_id)
-        out.append("cpu" if dev.type.name.lower() in CPU_TYPES else f"cuda:{dev.index}")
+        out.append("cpu" if dev.type.is_cpu else f"cuda:{gpu_index(cluster, dev_id)}")
     return out
 
 
