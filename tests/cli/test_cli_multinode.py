@@ -149,20 +149,24 @@ def test_three_nodes_hybrid_across_them(tmp_path: Path) -> None:
     _close(data["losses"], _single_command_losses(plan))
 
 
-def test_a_killed_node_ends_the_others_naming_it(tmp_path: Path) -> None:
-    plan_file = tmp_path / "plan.json"
+def _long_run(tmp: Path, port: int, env: dict[str, str]) -> tuple[subprocess.Popen[str], ...]:
+    plan_file = tmp / "plan.json"
     plan_file.write_text(json.dumps(to_data(_plan([["a.0", "a.1", "b.0"]], 16, "gpipe"))))
-    port, env = _free_port(), _env()
-    ck = tmp_path / "ck"
-    extra = ["--steps", "100000", "--checkpoint", str(ck), "--checkpoint-every", "2"]
-    extra += ["--out", str(tmp_path / "m.json"), "--timeout", "240"]
+    extra = ["--steps", "100000", "--checkpoint", str(tmp / "ck"), "--checkpoint-every", "2"]
+    extra += ["--out", str(tmp / "m.json"), "--timeout", "240"]
     b = _start(plan_file, "loopback-2node.yaml", "b", port, extra, env)
     a = _start(plan_file, "loopback-2node.yaml", "a", port, extra, env)
     deadline = time.monotonic() + 120
-    while not (ck / "latest").exists():  # training is under way on both nodes
-        assert a.poll() is None and b.poll() is None, a.stderr.read() if a.stderr else ""
+    while not (tmp / "ck" / "latest").exists():  # training is under way on both nodes
+        assert a.poll() is None and b.poll() is None
         assert time.monotonic() < deadline
         time.sleep(0.2)
+    return a, b
+
+
+def test_a_killed_node_ends_the_others_naming_it(tmp_path: Path) -> None:
+    port, env = _free_port(), _env()
+    a, b = _long_run(tmp_path, port, env)
     os.killpg(b.pid, signal.SIGKILL)  # node b's command and, with it, its ranks
     killed = time.monotonic()
     _, err = a.communicate(timeout=FAILURE_BOUND_S + 30)
@@ -175,4 +179,31 @@ def test_a_killed_node_ends_the_others_naming_it(tmp_path: Path) -> None:
     kept = [x for x in err.splitlines() if x.startswith("kept ")]
     assert kept and (tmp_path / "m.steps.jsonl").read_text().count("\n") >= 2
     time.sleep(1.0)  # SIGKILL is delivered asynchronously
+    assert _alive(env["HETPLAN_TEST_RUN"]) == []
+
+
+def test_a_killed_first_node_is_named_by_the_others(tmp_path: Path) -> None:
+    port, env = _free_port(), _env()
+    a, b = _long_run(tmp_path, port, env)
+    os.killpg(a.pid, signal.SIGKILL)  # the node hosting the rendezvous
+    killed = time.monotonic()
+    _, err = b.communicate(timeout=FAILURE_BOUND_S + 30)
+    took = time.monotonic() - killed
+    a.wait()
+    assert b.returncode == 2 and took < FAILURE_BOUND_S, (took, err[-2000:])
+    assert "node a" in err.strip().splitlines()[-1], err[-2000:]
+    time.sleep(1.0)
+    assert _alive(env["HETPLAN_TEST_RUN"]) == []
+
+
+def test_nodes_started_with_different_options_are_refused(tmp_path: Path) -> None:
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(to_data(_plan([["a.0", "a.1", "b.0"]], 16, "gpipe"))))
+    port, env = _free_port(), _env()
+    b = _start(plan_file, "loopback-2node.yaml", "b", port, ["--steps", "4"], env)
+    a = _start(plan_file, "loopback-2node.yaml", "a", port, ["--steps", "3"], env)
+    out = {n: p.communicate(timeout=120) for n, p in (("a", a), ("b", b))}
+    for n, p in (("a", a), ("b", b)):
+        assert p.returncode == 2, out[n]
+        assert "started with other options than node a" in out[n][1], out[n][1][-2000:]
     assert _alive(env["HETPLAN_TEST_RUN"]) == []

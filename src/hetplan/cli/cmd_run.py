@@ -33,7 +33,7 @@ from hetplan.run.measure import (
 from hetplan.run.model import source_for
 from hetplan.run.power_profile import record_power_points, with_power_fits
 from hetplan.run.precision import PRECISIONS
-from hetplan.run.steplog import merge
+from hetplan.run.steplog import complete_steps, merge, read_records
 from hetplan.run.train import (
     Training,
     check_plan,
@@ -170,17 +170,25 @@ def _execute(
             try:
                 raw = _launch(plan, clus, run, training, here, bar.poll)
             except RunError as err:  # keep the steps measured so far, then fail in one line
-                kept = merge(logs, ranks, step_log)
                 if err.details:
                     typer.echo(err.details.rstrip(), err=True)
-                if kept:
-                    typer.echo(f"kept {kept} measured step(s) in {step_log}", err=True)
+                _keep_steps(logs, ranks, step_log, here)
                 raise
         if raw is None:
             return None
         log_results(logs, raw, plan, run.warmup)
         merge(logs, len(plan.devices), step_log)
     return summarize(plan, raw, warmup=run.warmup, cluster=clus.name)
+
+
+def _keep_steps(logs: Path, ranks: list[int], step_log: Path, here: NodeRun | None) -> None:
+    """The complete steps of this node's ranks, next to the measurement (a node other than the
+    first writes its own file: the folder may be shared)."""
+    if here is not None and here.ranks and here.nodes[here.ranks[0]] != here.nodes[0]:
+        step_log = step_log.with_suffix(f".{here.nodes[here.ranks[0]]}.jsonl")
+    if complete_steps(read_records(logs), ranks):
+        kept = merge(logs, ranks, step_log)
+        typer.echo(f"kept {kept} measured step(s) in {step_log}", err=True)
 
 
 def _launch(

@@ -16,7 +16,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from hetplan.run.launch import RESULT_FILE, SPEC_FILE, LaunchSpec, die_with_parent
+from hetplan.run.launch import (
+    PEER_LOST,
+    RESULT_FILE,
+    SPEC_FILE,
+    STORE_ERROR_CHARS,
+    LaunchSpec,
+    die_with_parent,
+)
 
 MONITOR_INTERVAL_S = 0.1  # how often the agent polls its ranks (torch's default)
 START_METHOD = "forkserver"  # ranks fork from one server that imported torch once
@@ -46,6 +53,7 @@ def describe_failure(failure: Any) -> tuple[str, str]:
 def run(spec: LaunchSpec) -> dict[str, Any]:
     # Imported here, not at the top: main() starts the forkserver before torch is loaded.
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError  # noqa: PLC0415
+    from torch.distributed.elastic.rendezvous.api import RendezvousError  # noqa: PLC0415
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch  # noqa: PLC0415
 
     from hetplan.run._rank import rank_main  # noqa: PLC0415
@@ -69,6 +77,13 @@ def run(spec: LaunchSpec) -> dict[str, Any]:
             spec.ranks, spec.nodes, spec.devices,
             None if spec.nodes is None else f"{spec.rdzv_endpoint}/{spec.run_id}",
         )  # fmt: skip
+    except RendezvousError as err:
+        if spec.nodes is None:
+            raise
+        # The agent's own link to the rendezvous: the first node (its host) is gone.
+        first = str(err).splitlines()[0][:STORE_ERROR_CHARS] if str(err) else type(err).__name__
+        return {"error": f"{PEER_LOST}: lost the rendezvous store on node {spec.nodes[0]} "
+                         f"(the plan's first node): {first}"}  # fmt: skip
     except ChildFailedError as err:
         failures = []
         for rank, failure in sorted(err.failures.items()):
@@ -81,7 +96,10 @@ def run(spec: LaunchSpec) -> dict[str, Any]:
 
 
 def _rdzv_configs(spec: LaunchSpec) -> dict[str, Any]:
-    configs: dict[str, Any] = {"timeout": int(max(1, spec.rdzv_timeout_s))}
+    # join_timeout: how long the nodes wait for each other; read_timeout: how long a store
+    # operation waits (torch's default, 60 s, would cut a later node's wait for the first).
+    wait = int(max(1, spec.rdzv_timeout_s))
+    configs: dict[str, Any] = {"timeout": wait, "read_timeout": wait}
     if spec.is_host is not None:
         configs["is_host"] = spec.is_host
     return configs

@@ -10,6 +10,7 @@ a :class:`~hetplan.run.launch.RankContext`.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import pickle
 import threading
@@ -20,7 +21,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hetplan.run.launch import PEER_LOST, RankContext, die_with_parent, resolve_entry
+from hetplan.run.launch import (
+    PEER_LOST,
+    STORE_ERROR_CHARS,
+    RankContext,
+    die_with_parent,
+    resolve_entry,
+)
 
 PEER_LOSS_GRACE_S = 3.0  # seconds; >> the agent's 0.1 s monitor interval and > HEARTBEAT_S
 HEARTBEAT_S = 1.0  # seconds between a rank's heartbeats (a counter in the rendezvous store)
@@ -36,7 +43,9 @@ PEER_LOSS_MARKERS = (
     "NCCL communicator was aborted",
 )
 DONE = b"done"
-STORE_ERROR_CHARS = 120  # characters of a store error kept in the one-line message
+FAILED = b"failed"
+ABORT = "abort"  # key of the message of a rank that found the run cannot go on
+STORE_TIMEOUT_S = 10.0  # seconds a heartbeat store operation may take before the store is lost
 
 
 class Heartbeat(threading.Thread):
@@ -69,12 +78,13 @@ class Heartbeat(threading.Thread):
         return [bytes(next(values)) if ok else None for ok in present]
 
     def silent(self, before: list[bytes | None], after: list[bytes | None]) -> list[int]:
-        """Ranks whose counter did not move between two samples (finished ranks excluded; a
-        rank that never wrote one is silent too)."""
+        """Ranks whose counter did not move between two samples. Excluded: ranks that finished
+        or failed by themselves (they said so), and ranks not started yet (NCCL does not line
+        ranks up at initialisation; a rank that never starts is the collective timeout's)."""
         return [
             r
             for r, (a, b) in enumerate(zip(before, after, strict=True))
-            if r != self.rank and a == b and b != DONE
+            if r != self.rank and b is not None and a == b and b not in (DONE, FAILED)
         ]
 
     def start(self) -> None:
@@ -94,7 +104,7 @@ class Heartbeat(threading.Thread):
 
     def run(self) -> None:
         misses: dict[int, int] = {}
-        last = self.sample()
+        last: list[bytes | None] = [None] * self.world
         next_watch = time.monotonic() + WATCH_S
         while not self.halt.wait(HEARTBEAT_S):
             try:
@@ -103,6 +113,8 @@ class Heartbeat(threading.Thread):
                 if time.monotonic() < next_watch:
                     continue
                 next_watch = time.monotonic() + WATCH_S
+                if self.store.check([ABORT]):
+                    _die(f"{PEER_LOST}: {self.store.get(ABORT).decode()}")
                 now = self.sample()
                 stuck = set(self.silent(last, now))
                 misses = {r: misses.get(r, 0) + 1 for r in stuck}
@@ -111,13 +123,22 @@ class Heartbeat(threading.Thread):
             except Exception as err:  # the store's host is gone: its node died
                 _die(self.store_lost(err))
             if gone:
+                self.finish(FAILED)
                 _die(self.describe(gone))
 
-    def finish(self) -> None:
+    def abort(self, message: str) -> None:
+        """This rank cannot run: every rank's watchdog ends its rank with ``message``."""
+        with contextlib.suppress(Exception):
+            self.store.set(ABORT, message)
+        self.finish(FAILED)
+
+    def finish(self, marker: bytes = DONE) -> None:
+        """Stop beating and say why (finished, or failed by itself: not a silent peer)."""
         self.halt.set()
-        self.join(timeout=2 * HEARTBEAT_S)
+        if threading.current_thread() is not self:
+            self.join(timeout=2 * HEARTBEAT_S)
         with contextlib.suppress(Exception):  # a finished rank need not reach a dying store
-            self.store.set(str(self.rank), DONE)
+            self.store.set(str(self.rank), marker)
 
 
 def _die(message: str) -> None:
@@ -149,8 +170,7 @@ def rank_main(
     ``HOST:PORT/run id`` of a run over several nodes (where heartbeats go). Returns (plan rank,
     result)."""
     die_with_parent()
-    if isinstance(payload, bytes):
-        payload = pickle.loads(payload)
+    data: dict[str, Any] = pickle.loads(payload) if isinstance(payload, bytes) else payload
     local_rank = int(os.environ["LOCAL_RANK"])
     rank = ranks[local_rank] if ranks is not None else int(os.environ["RANK"])
     os.environ["RANK"] = str(rank)  # init_process_group reads it (env://)
@@ -177,23 +197,33 @@ def rank_main(
         via_host=backend == "gloo" and device.startswith("cuda"),
     )
     fn = resolve_entry(entry)
-    dist.init_process_group(backend, timeout=timedelta(seconds=rdzv_timeout_s))
-    beat = _heartbeat(rank, world, nodes, rendezvous, rdzv_timeout_s)
-    beat.start()
+    timeout = timedelta(seconds=rdzv_timeout_s)
+    if nodes is not None:  # checked before joining: a mismatch would hang init_process_group
+        beat = _heartbeat(rank, world, nodes, rendezvous)
+        beat.start()
+        try:
+            _check_same_run(beat.store, rank, world, nodes, data, rdzv_timeout_s)
+        except RuntimeError as err:
+            beat.abort(str(err))  # the other nodes' ranks stop waiting and say why
+            raise
+        dist.init_process_group(backend, timeout=timeout)
+    else:
+        dist.init_process_group(backend, timeout=timeout)
+        beat = _heartbeat(rank, world, nodes, rendezvous)
+        beat.start()
     try:
-        result = fn(ctx, payload)
+        result = fn(ctx, data)
     except Exception as err:
         if is_peer_loss(err):
-            raise _peer_lost(beat, err) from err
-        raise
+            err = _peer_lost(beat, err)
+        beat.finish(FAILED)
+        raise err from None
     beat.finish()
     dist.destroy_process_group()
     return rank, result
 
 
-def _heartbeat(
-    rank: int, world: int, nodes: list[str] | None, rendezvous: str | None, timeout_s: float
-) -> Heartbeat:
+def _heartbeat(rank: int, world: int, nodes: list[str] | None, rendezvous: str | None) -> Heartbeat:
     """On one node, the heartbeats live in the process group's store. On several nodes, in the
     rendezvous store of the plan's first node (``rendezvous``: ``HOST:PORT/run id``): the
     workers' store is hosted by whichever node torch's rendezvous ranked first, and a
@@ -202,17 +232,40 @@ def _heartbeat(
         return Heartbeat(dist.distributed_c10d._get_default_store(), rank, world, nodes)
     endpoint, _, run = rendezvous.partition("/")
     host, _, port = endpoint.rpartition(":")
-    store = dist.TCPStore(
-        host,
-        int(port),
-        is_master=False,
-        timeout=timedelta(seconds=timeout_s),
-        wait_for_workers=False,
-    )
+    wait = timedelta(seconds=STORE_TIMEOUT_S)  # a lost store is found out within this
+    store = dist.TCPStore(host, int(port), is_master=False, timeout=wait, wait_for_workers=False)
     return Heartbeat(store, rank, world, nodes, prefix=run)
 
 
-def _peer_lost(beat: Heartbeat, err: BaseException) -> BaseException:
+def _check_same_run(
+    store: Any, rank: int, world: int, nodes: list[str], payload: dict[str, Any], wait_s: float
+) -> None:
+    """Every node's command must run the same plan with the same options, each node once."""
+    if world != len(nodes):
+        raise RuntimeError(
+            f"the plan has {len(nodes)} ranks but {world} processes joined the rendezvous: was a "
+            "node's command started on two machines, or with another plan or cluster file?"
+        )
+    if store.add(f"claim/{rank}", 1) != 1:
+        raise RuntimeError(
+            f"rank {rank} (node {nodes[rank]}) was started twice: --node {nodes[rank]} runs on "
+            "two machines"
+        )
+    same = {k: v for k, v in payload.items() if k != "log_dir"}  # log folders are per node
+    digest = hashlib.sha256(pickle.dumps(same)).hexdigest()
+    if rank == 0:
+        store.set("run-digest", digest)
+        return
+    store.wait(["run-digest"], timedelta(seconds=wait_s))
+    if store.get("run-digest").decode() != digest:
+        raise RuntimeError(
+            f"node {nodes[rank]} was started with other options than node {nodes[0]} (steps, "
+            "data, seed, learning rate, checkpoint or plan differ): give every node the same "
+            "command but --node"
+        )
+
+
+def _peer_lost(beat: Heartbeat, err: Exception) -> Exception:
     """A peer died under a collective. Wait a moment, so that the agent (which tears
     everything down within 0.1 s of a local rank's exit) reports a local peer's death, the
     root cause, rather than this consequence; then name the ranks whose heartbeat stopped."""

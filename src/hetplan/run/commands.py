@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+import socket
 from pathlib import Path
 
 from hetplan.cluster.spec import Cluster
@@ -55,6 +56,8 @@ def node_run(plan: Plan, cluster: Cluster, node: str, rdzv: str) -> NodeRun:
     if node not in order:
         known = ", ".join(order)
         raise InputError(f"--node {node!r}: the plan places no device there (its nodes: {known})")
+    if node == order[0]:
+        _check_local(rdzv, node)
     return NodeRun(
         nnodes=len(order),
         rdzv_endpoint=rdzv,
@@ -63,6 +66,20 @@ def node_run(plan: Plan, cluster: Cluster, node: str, rdzv: str) -> NodeRun:
         ranks=[r for r, n in enumerate(nodes) if n == node],
         nodes=nodes,
     )
+
+
+def _check_local(rdzv: str, node: str) -> None:
+    """The first node hosts the rendezvous: ``HOST`` must be one of this machine's addresses."""
+    host, _ = parse_endpoint(rdzv)
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+    except OSError as err:
+        raise InputError(
+            f"--rdzv {rdzv}: node {node}, the plan's first node, hosts the rendezvous, but "
+            f"{host!r} is not an address of this machine ({err.strerror or err}); run node "
+            f"{node}'s command on the machine {host} names"
+        ) from None
 
 
 def node_commands(

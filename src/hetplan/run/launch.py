@@ -29,6 +29,7 @@ from hetplan.errors import HetplanError, InputError
 
 PEER_LOST = "peer lost"
 """Marks a rank's error that names other ranks that stopped responding (see ``_rank``)."""
+STORE_ERROR_CHARS = 120  # characters of a store error kept in a one-line message
 RESULT_FILE = "result.pkl"
 SPEC_FILE = "spec.pkl"
 LOG_FILE = "agent.log"
@@ -264,6 +265,9 @@ def _check_cpus(cpus: list[tuple[int, ...] | None]) -> None:
 
 def _run_agent(folder: Path, timeout_s: float, on_tick: Callable[[], None] | None) -> None:
     env = dict(os.environ)
+    # NCCL errors raise in the rank (2: clean up only) instead of aborting it (torch elastic's
+    # default, 1), so that a rank names the peer it lost rather than dying of SIGABRT.
+    env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
     # Ranks import the entry the way the caller does (tests, user modules).
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     with open(folder / LOG_FILE, "wb") as log:
@@ -354,7 +358,10 @@ def _read_result(folder: Path, spec: LaunchSpec) -> dict[int, Any]:
     if "failures" in result:
         rank, cause, details = result["failures"][0]
         raise failure_error(rank, cause, details or _log_tail(folder), spec.nodes)
-    raise RunError(f"launcher failed: {result['error']}", details=_log_tail(folder))
+    error = str(result["error"])
+    if error.startswith(f"{PEER_LOST}: "):
+        raise RunError(error.removeprefix(f"{PEER_LOST}: "), details=_log_tail(folder))
+    raise RunError(f"launcher failed: {error}", details=_log_tail(folder))
 
 
 def failure_error(rank: int, cause: str, details: str, nodes: list[str] | None) -> RunError:
