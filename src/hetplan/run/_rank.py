@@ -52,7 +52,8 @@ class Heartbeat(threading.Thread):
     """Each rank bumps a counter in the rendezvous store every second; the watchdog compares
     every rank's counter every :data:`WATCH_S` and ends this rank, naming the silent one, when
     a counter stops for :data:`WATCH_MISSES` looks (a node that died without closing its
-    connections, a rank stuck forever). Counters, not clocks: machines need not agree on time.
+    connections, a frozen process; a deadlocked one keeps beating and is left to the
+    collective timeout). Counters, not clocks: machines need not agree on time.
     """
 
     def __init__(

@@ -57,7 +57,7 @@ class RankContext:
     world_size: int
     local_rank: int
     device: str
-    """``cpu`` or ``cuda:<local_rank>``."""
+    """``cpu`` or ``cuda:<k>`` (from the cluster file; without one ``cuda:<local rank>``)."""
     backend: str
     """``gloo`` or ``nccl``; the default process group is initialised with it."""
     cpus: tuple[int, ...] | None = None
