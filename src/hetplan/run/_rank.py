@@ -127,6 +127,15 @@ class Heartbeat(threading.Thread):
                 self.finish(FAILED)
                 _die(self.describe(gone))
 
+    def explained(self, err: Exception) -> Exception:
+        """``err``, or the message of a rank that aborted the run (the cause of ``err``)."""
+        try:
+            if self.store.check([ABORT]):
+                return RuntimeError(f"{PEER_LOST}: {self.store.get(ABORT).decode()}")
+        except Exception:  # no store left: no better explanation than err
+            pass
+        return err
+
     def abort(self, message: str) -> None:
         """This rank cannot run: every rank's watchdog ends its rank with ``message``."""
         with contextlib.suppress(Exception):
@@ -207,7 +216,10 @@ def rank_main(
         except RuntimeError as err:
             beat.abort(str(err))  # the other nodes' ranks stop waiting and say why
             raise
-        dist.init_process_group(backend, timeout=timeout)
+        try:
+            dist.init_process_group(backend, timeout=timeout)
+        except Exception as err:  # another node's rank aborted while this one was joining
+            raise beat.explained(err) from None
     else:
         dist.init_process_group(backend, timeout=timeout)
         beat = _heartbeat(rank, world, nodes, rendezvous)
@@ -217,6 +229,7 @@ def rank_main(
     except Exception as err:
         if is_peer_loss(err):
             err = _peer_lost(beat, err)
+        err = beat.explained(err)
         beat.finish(FAILED)
         raise err from None
     beat.finish()
