@@ -1,10 +1,11 @@
 """Executing plans with torch.distributed and measuring them.
 
 - :mod:`hetplan.run.launch`: ``launch_local`` (local ranks under torch's elastic agent),
-  ``RankContext``, ``RunError``.
-- :mod:`hetplan.run.train`: ``run_plan``, ``measure_plan``, ``predicted_iteration_s``.
+  ``launch_node`` (one node's ranks of a run over several), ``RankContext``, ``RunError``.
+- :mod:`hetplan.run.train`: ``run_plan``, ``run_node``, ``measure_plan``, ``Training``.
 - :mod:`hetplan.run.measure`: ``Measurement``, ``RankFigures``, ``save_measurement``.
-- :mod:`hetplan.run.commands`: ``torchrun_commands`` for several nodes.
+- :mod:`hetplan.run.commands`: each node's ranks and command for several nodes.
+- :mod:`hetplan.run.tune`: measured selection (``hetplan tune``).
 - :mod:`hetplan.run.model`: ``ModelSource``, ``ZooSource``, ``MLPSource``.
 
 This module imports no torch (the launcher's agent process imports it before torch).
