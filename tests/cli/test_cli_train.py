@@ -131,6 +131,7 @@ def test_print_commands_carry_the_training_options(
     ck = str(tmp_path / "ck")
     extra = ["--data", data, "--checkpoint", ck, "--checkpoint-every", "5"]
     extra += ["--seed", "3", "--lr", "0.05", "--steps", "7", "--rdzv", "head:1234"]
+    extra += ["--run-id", "job-42"]
     code, out, _ = _run(["train", plan, "--cluster", HETERO, "--print-commands", *extra], capsys)
     assert code == 0
     for line in out.strip().splitlines():

@@ -141,6 +141,7 @@ def test_node_commands_one_per_node_any_ranks_each() -> None:
     )
     assert first.nodes == ["v100", "v100", "v100", "t4"] and first.nnodes == 2
     assert first.run_id == second.run_id
+    assert node_run(plan, cluster, "t4", "h:1", "job-42").run_id == "job-42"
     with pytest.raises(InputError, match="--node 'x': the plan places no device there"):
         node_run(plan, cluster, "x", "h:1")
     for bad in ("nohost", "h:", "h:0", "h:70000", ":5"):

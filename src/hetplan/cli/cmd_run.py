@@ -76,6 +76,12 @@ def train_cmd(
         str | None,
         typer.Option(help="HOST:PORT where the nodes meet: the plan's first node (rank 0's)."),
     ] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            help="Id of a run over several nodes, the same on every node (e.g. a job id)."
+        ),
+    ] = None,
     print_commands: Annotated[
         bool,
         typer.Option("--print-commands", help="Print the command of each node (several nodes)."),
@@ -130,6 +136,7 @@ def train_cmd(
     check_training(plan, training)
     if print_commands:
         options = _options(steps, warmup, out, data, checkpoint, checkpoint_every, resume, seed, lr)
+        options += ["--run-id", run_id] if run_id else []
         cmds = node_commands(
             plan, clus, plan_path=plan_file, cluster_path=cluster, rdzv=rdzv, options=options
         )
@@ -142,7 +149,7 @@ def train_cmd(
     if node is not None or rdzv is not None:
         if node is None or rdzv is None:
             raise InputError("--node and --rdzv go together: --node NAME --rdzv HOST:PORT")
-        here = node_run(plan, clus, node, rdzv)
+        here = node_run(plan, clus, node, rdzv, run_id)
     run = _Run(
         steps=steps, warmup=warmup, timeout=timeout, seed=seed, training=training,
         as_json=as_json,

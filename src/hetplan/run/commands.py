@@ -48,8 +48,10 @@ def run_id(plan: Plan, cluster: Cluster) -> str:
     return "hetplan-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def node_run(plan: Plan, cluster: Cluster, node: str, rdzv: str) -> NodeRun:
-    """What node ``node`` starts; InputError when the plan places nothing there."""
+def node_run(plan: Plan, cluster: Cluster, node: str, rdzv: str, run: str | None = None) -> NodeRun:
+    """What node ``node`` starts; InputError when the plan places nothing there. ``run``: the
+    run's id (default: from the plan and cluster; a scheduler's job id keeps two runs of one
+    plan apart)."""
     parse_endpoint(rdzv)
     nodes = plan_nodes(plan, cluster)
     order = list(dict.fromkeys(nodes))
@@ -61,7 +63,7 @@ def node_run(plan: Plan, cluster: Cluster, node: str, rdzv: str) -> NodeRun:
     return NodeRun(
         nnodes=len(order),
         rdzv_endpoint=rdzv,
-        run_id=run_id(plan, cluster),
+        run_id=run or run_id(plan, cluster),
         is_host=node == order[0],
         ranks=[r for r, n in enumerate(nodes) if n == node],
         nodes=nodes,
