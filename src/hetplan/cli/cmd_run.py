@@ -131,10 +131,9 @@ def train_cmd(
         data=data, resume=resume, checkpoint_dir=checkpoint, checkpoint_every=checkpoint_every,
         lr=lr,
     )  # fmt: skip
-    multi = print_commands or node is not None
-    check_plan(plan, clus, source_for(plan.model), nodes=multi)
-    check_training(plan, training)
-    if print_commands:
+    if print_commands:  # a run checks these itself (run_plan, run_node) before it starts
+        check_plan(plan, clus, source_for(plan.model), nodes=True)
+        check_training(plan, training)
         options = _options(steps, warmup, out, data, checkpoint, checkpoint_every, resume, seed, lr)
         options += ["--run-id", run_id] if run_id else []
         cmds = node_commands(
