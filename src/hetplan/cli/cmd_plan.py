@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +17,11 @@ from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.graph import build_graph
-from hetplan.plan.objective import Limits, parse_objective
+from hetplan.plan import explain
+from hetplan.plan.objective import Limits, pareto_front, parse_objective
 from hetplan.plan.options import FAMILIES, RUNNABLE, SearchOptions
 from hetplan.plan.search import Ranking, search
+from hetplan.plan.staleness import ASYNCHRONOUS_FAMILIES, is_asynchronous
 from hetplan.plan.types import ModelRef
 from hetplan.predict import DATASET_SIZES
 from hetplan.predict.build import DTYPE_HELP, parse_dtype
@@ -27,13 +30,20 @@ from hetplan.run.power_profile import with_power_fits
 from hetplan.serde import to_data, write_json_atomic
 
 
-def _families(text: str | None, what_if: bool) -> tuple[str, ...]:
+def _families(text: str | None, what_if: bool, sync_only: bool = False) -> tuple[str, ...]:
     if text is None:
-        return FAMILIES if what_if else RUNNABLE
+        default = FAMILIES if what_if else RUNNABLE
+        return tuple(n for n in default if not (sync_only and n in ASYNCHRONOUS_FAMILIES))
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     bad = [n for n in names if n not in FAMILIES]
     if bad or not names:
         raise InputError(f"--strategies: unknown {bad or text!r}; expected some of {FAMILIES}")
+    stale = [n for n in names if n in ASYNCHRONOUS_FAMILIES]
+    if stale and sync_only:
+        raise InputError(
+            f"--sync-only excludes asynchronous plans, but --strategies asks for "
+            f"{', '.join(stale)}; drop one of the two options"
+        )
     unrunnable = [n for n in names if n not in RUNNABLE]
     if unrunnable and not what_if:
         raise InputError(
@@ -59,6 +69,14 @@ DeadlineOpt = Annotated[float | None, typer.Option(help="Limit: epoch time, s.")
 BudgetOpt = Annotated[float | None, typer.Option(help="Limit: dollars per epoch.")]
 ProfilesOpt = Annotated[Path | None, typer.Option(help="Profile store directory.")]
 AnalyticalOpt = Annotated[bool, typer.Option("--analytical", help="Ignore measured profiles.")]
+SyncOnlyOpt = Annotated[
+    bool,
+    typer.Option(
+        "--sync-only",
+        help="Leave out asynchronous plans (PipeDream, WSP hybrid, async PS): their stale "
+        "weights may need more iterations to converge, which is not modelled.",
+    ),
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +99,7 @@ class SearchRequest:
     analytical: bool = False
     strategies: str | None = None
     what_if: bool = False
+    sync_only: bool = False
 
     def options(self) -> SearchOptions:
         if self.batch < 1:
@@ -98,7 +117,7 @@ class SearchRequest:
                 budget_usd=self.budget,
             ),
             optimizer=self.optimizer,
-            families=_families(self.strategies, self.what_if),
+            families=_families(self.strategies, self.what_if, self.sync_only),
             runnable_only=not self.what_if,
             dataset_size=size,
         )
@@ -128,10 +147,30 @@ def run_search(req: SearchRequest, quiet: bool) -> tuple[Ranking, Cluster, Searc
 
         ranking = search(ref, graph, clus, compute, opts, progress)
     seconds = time.perf_counter() - start
+    if req.sync_only:
+        ranking = without_asynchronous(ranking, clus)
     if not ranking.ranked:
         reasons = ", ".join(f"{k} ({v})" for k, v in ranking.rejected.items()) or "none"
         raise InputError(f"no feasible plan for {req.model} on {req.cluster}; rejected: {reasons}")
     return ranking, clus, opts, seconds
+
+
+def without_asynchronous(ranking: Ranking, cluster: Cluster) -> Ranking:
+    """``ranking`` without its asynchronous plans, counted as rejected. The search is asked
+    for synchronous families only, but hybrid and ps plans are asynchronous by their fields
+    (WSP, async PS), not by family; the search makes none today, this keeps it so."""
+    keep = [r for r in ranking.ranked if not is_asynchronous(r.candidate.plan)]
+    dropped = len(ranking.ranked) - len(keep)
+    if not dropped:
+        return ranking
+    rejected = ranking.rejected.copy()
+    rejected["asynchronous (--sync-only)"] += dropped
+    front = pareto_front([(r.metrics.time_s, r.metrics.energy_j) for r in keep])
+    out = dataclasses.replace(
+        ranking, ranked=keep, rejected=rejected, pareto=[keep[i] for i in front]
+    )
+    out.reasons = explain.reasons(out, cluster)
+    return out
 
 
 def plan_cmd(
@@ -161,13 +200,14 @@ def plan_cmd(
             "priced and simulated only.",
         ),
     ] = False,
+    sync_only: SyncOnlyOpt = False,
 ) -> None:
     """Search the best way to train MODEL on CLUSTER; print the ranking, write the winner."""
     req = SearchRequest(
         model=model, cluster=cluster, dataset=dataset, objective=objective, batch=batch,
         optimizer=optimizer, dtype=dtype, dataset_size=dataset_size, max_power=max_power,
         max_devices=max_devices, deadline=deadline, budget=budget, profiles=profiles,
-        analytical=analytical, strategies=strategies, what_if=what_if,
+        analytical=analytical, strategies=strategies, what_if=what_if, sync_only=sync_only,
     )  # fmt: skip
     ranking, _, _, seconds = run_search(req, as_json)
     write_json_atomic(out, to_data(ranking.best.candidate.plan))

@@ -28,6 +28,7 @@ from hetplan.cli.cmd_plan import (
     ProfilesOpt,
     SearchRequest,
     SizeOpt,
+    SyncOnlyOpt,
     run_search,
 )
 from hetplan.cli.cmd_run import check_output
@@ -177,6 +178,7 @@ def tune_cmd(
     budget: BudgetOpt = None,
     profiles: ProfilesOpt = None,
     analytical: AnalyticalOpt = False,
+    sync_only: SyncOnlyOpt = False,
     seed: Annotated[int, typer.Option(help="Seed of initial weights and data order.")] = 0,
     lr: Annotated[
         float | None, typer.Option(help="Learning rate (default: 0.01 for SGD, 1e-3 for Adam).")
@@ -195,7 +197,7 @@ def tune_cmd(
         model=model, cluster=cluster, dataset=dataset, objective=objective, batch=batch,
         optimizer=optimizer, dtype=dtype, dataset_size=dataset_size, max_power=max_power,
         max_devices=max_devices, deadline=deadline, budget=budget, profiles=profiles,
-        analytical=analytical,
+        analytical=analytical, sync_only=sync_only,
     )  # fmt: skip
     ranking, clus, opts, _ = run_search(req, as_json)
     cands = candidates_of(ranking, top)

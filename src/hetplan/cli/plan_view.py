@@ -8,6 +8,7 @@ from rich.table import Table
 
 from hetplan.cli.output import console
 from hetplan.plan.search import Ranked, Ranking
+from hetplan.plan.staleness import is_asynchronous, staleness_of, staleness_text
 from hetplan.serde import to_data
 from hetplan.units import fmt_bytes, fmt_seconds
 
@@ -36,8 +37,8 @@ def _headroom(r: Ranked) -> str:
 
 def print_ranking(ranking: Ranking, top: int, seconds: float) -> None:
     t = Table(title=f"best plans per strategy family (objective: {ranking.objective.name})")
-    for col in ("#", "plan", "devices", "iteration", "epoch", "samples/s", "headroom"):
-        t.add_column(col, justify="left" if col == "plan" else "right")
+    for col in ("#", "plan", "devices", "staleness", "iteration", "epoch", "samples/s", "headroom"):
+        t.add_column(col, justify="left" if col in ("plan", "staleness") else "right")
     for col in ("power W", "energy J/it", "EDP J*s"):
         t.add_column(col, justify="right")
     for i, r in enumerate(table_rows(ranking, top), 1):
@@ -48,6 +49,7 @@ def print_ranking(ranking: Ranking, top: int, seconds: float) -> None:
             str(i),
             r.candidate.label + tag,
             str(r.metrics.devices),
+            staleness_text(r.candidate.plan),
             fmt_seconds(p.iteration_time_s),
             epoch,
             f"{p.samples_per_s:.1f}",
@@ -93,12 +95,16 @@ def _print_stage_map(best: Ranked) -> None:
 
 
 def ranked_json(r: Ranked) -> dict[str, Any]:
+    plan = r.candidate.plan
     return {
         "family": r.candidate.family,
         "label": r.candidate.label,
         "baseline": r.candidate.baseline,
         "score": r.score,
-        "plan": to_data(r.candidate.plan),
+        "asynchronous": is_asynchronous(plan),
+        "staleness": staleness_of(plan),
+        "staleness_text": staleness_text(plan),
+        "plan": to_data(plan),
         "prediction": r.prediction.to_json(),
     }
 

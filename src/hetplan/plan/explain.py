@@ -6,6 +6,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING
 
 from hetplan.cluster.spec import Cluster
+from hetplan.plan.staleness import is_asynchronous, staleness_of
 
 if TYPE_CHECKING:
     from hetplan.plan.search import Ranked, Ranking
@@ -16,7 +17,7 @@ def reasons(ranking: Ranking, cluster: Cluster) -> list[str]:
     if not ranking.ranked:
         return []
     best = ranking.best
-    out = [_versus_baselines(best, ranking)]
+    out = [_versus_baselines(best, ranking), _staleness(best)]
     dp = ranking.baselines.get("dp-equal")
     if dp is not None:
         wait = _dp_wait(dp, cluster)
@@ -42,6 +43,21 @@ def _versus_baselines(best: Ranked, ranking: Ranking) -> str:
     if not parts:
         return f"{best.candidate.label} is the best plan"
     return f"{best.candidate.label}: " + " and ".join(parts)
+
+
+def _staleness(best: Ranked) -> str:
+    """For an asynchronous winner: its bound, and that only the iteration is predicted."""
+    plan = best.candidate.plan
+    if not is_asynchronous(plan):
+        return ""
+    bound = staleness_of(plan)
+    its = "iteration" if bound == 1 else "iterations"
+    stale = "without a bound" if bound is None else f"by up to {bound} {its}"
+    return (
+        f"{best.candidate.label} is asynchronous: weights may be stale {stale}; the "
+        "prediction is of iteration time only, the iterations needed to converge under "
+        "staleness are not modelled (--sync-only excludes asynchronous plans)"
+    )
 
 
 def _dp_wait(dp: Ranked, cluster: Cluster) -> str:

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from hetplan.plan.objective import Limits, Objective
 
 FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
-RUNNABLE = ("dp", "gpipe", "1f1b", "hybrid")
-"""Families ``hetplan train`` executes (hybrid with BSP sync, no tensor parallelism)."""
+RUNNABLE = ("dp", "gpipe", "1f1b", "pipedream", "hybrid")
+"""Families ``hetplan train`` executes (no tensor parallelism)."""
 
 Progress = Callable[[str, int, int], None]
 """``(phase, done, total)`` callback for a progress bar."""

@@ -108,18 +108,20 @@ class Prediction:
         return out
 
 
-def build_schedule(plan: Plan, priced: PricedPlan) -> Schedule:
-    """The strategy's schedule over the priced work."""
+def build_schedule(plan: Plan, priced: PricedPlan, iterations: int | None = None) -> Schedule:
+    """The strategy's schedule over the priced work. ``iterations``: for the multi-iteration
+    schedules (asynchronous ones), exactly that many and no steady-state window (execution)."""
     m = plan.micro_batches
     pipes, buckets = priced.pipes, priced.buckets
     if plan.strategy == "ps":
+        kw = {} if iterations is None else {"iterations": iterations}
         return gen.parameter_server(
-            pipes, plan.ps_devices, priced.ps, m, asynchronous=plan.ps_async
+            pipes, plan.ps_devices, priced.ps, m, asynchronous=plan.ps_async, **kw
         )
     if plan.strategy == "pipedream":
-        return gen.pipedream_async(pipes[0], m)
+        return gen.pipedream_async(pipes[0], m, iterations=iterations)
     if plan.strategy == "hybrid" and plan.sync == "wsp":
-        return gen.wsp(pipes, m, plan.staleness, buckets=buckets)
+        return gen.wsp(pipes, m, plan.staleness, buckets=buckets, iterations=iterations)
     order: Order = "gpipe" if plan.strategy == "gpipe" else "1f1b"
     return gen.synchronous(plan.strategy, pipes, m, order=order, buckets=buckets)
 

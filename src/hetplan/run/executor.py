@@ -65,7 +65,8 @@ class _StepState:
     recv_grad: dict[int, tuple[list[torch.Tensor], list[Any], float]] = field(default_factory=dict)
     in_grads: dict[int, list[torch.Tensor]] = field(default_factory=dict)
     sends: list[Any] = field(default_factory=list)
-    losses: list[torch.Tensor] = field(default_factory=list)
+    losses: dict[int, torch.Tensor] = field(default_factory=dict)
+    """Micro-batch -> its weighted loss (last stage)."""
 
 
 class Executor:
@@ -126,7 +127,7 @@ class Executor:
         for w in st.sends:
             w.wait()
         self.step_end = _now(self.device)
-        self.last_loss = float(sum(float(t) for t in st.losses)) if self.io.last else None
+        self.last_loss = float(sum(float(t) for t in st.losses.values())) if self.io.last else None
         return self.last_loss
 
     def record_collective(self, kind: str, part: int, start: float, end: float) -> None:
@@ -195,31 +196,50 @@ class Executor:
         io, st = self.io, self._s
         j = act.microbatch
         if io.first:
-            args: tuple[Any, ...] = (st.xs[j],)
-            start = time.perf_counter()
+            args: tuple[Any, ...] = (self._input(j),)
         else:
             assert io.tin is not None
             args = p2p.assemble(io.tin, self._wait(st.recv_in.pop(j), io.stage - 1, j))
             st.inputs[j] = args
         start = time.perf_counter()
         with autocast(self.device, self.dtype):
-            if self.recompute and torch.is_grad_enabled():
-                out = checkpoint(self.module, *args, use_reentrant=False)
-            else:
-                out = self.module(*args)
+            out = self._call(j, args)
             if io.last:
-                y = st.ys[j]
+                y = self._target(j)
                 loss = self.loss_fn(out, y) * (y.shape[0] / self.batch)
-                st.losses.append(loss.detach())
+                st.losses[j] = loss.detach()
                 st.outputs[j] = loss
             else:
                 st.outputs[j] = out
         self._record("fwd", act, start, time.perf_counter())
 
+    def _input(self, j: int) -> torch.Tensor:
+        """The first stage's input of micro-batch ``j``."""
+        return self._s.xs[j]
+
+    def _target(self, j: int) -> torch.Tensor:
+        """The last stage's target of micro-batch ``j``."""
+        return self._s.ys[j]
+
+    def _call(self, j: int, args: tuple[Any, ...]) -> Any:
+        """The stage program on micro-batch ``j``'s inputs (recomputed in backward if asked)."""
+        del j  # the window executor picks the weight version by micro-batch
+        if self.recompute and torch.is_grad_enabled():
+            return checkpoint(self.module, *args, use_reentrant=False)
+        return self.module(*args)
+
+    def _is_final(self, j: int) -> bool:
+        """Whether micro-batch ``j`` is its iteration's last (gradients complete after it)."""
+        return j == self.m - 1
+
+    def _after_backward(self, j: int) -> None:
+        """Hook after micro-batch ``j``'s autograd call (the window executor collects its
+        gradients)."""
+
     def _backward(self, act: Action) -> None:
         io, st = self.io, self._s
         j = act.microbatch
-        final = j == self.m - 1
+        final = self._is_final(j)
         grads: list[torch.Tensor] = []
         if not io.last:
             grads = self._wait(st.recv_grad.pop(j), io.stage + 1, j)
@@ -239,6 +259,7 @@ class Executor:
             pairs = [(t, g) for t, g in zip(tensors, grads, strict=True) if t.requires_grad]
             if pairs:
                 torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+        self._after_backward(j)
         if not io.first:
             assert io.tin is not None
             ins = p2p.grad_tensors(st.inputs.pop(j), io.tin)

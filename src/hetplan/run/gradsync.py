@@ -128,10 +128,17 @@ class TieSync:
         self.entries = entries
         self.group: Any = None
         """Process group of the tie messages (set by the runtime: a group of their own)."""
+        self.grads: dict[str, torch.Tensor] | None = None
+        """Where the gradients are, by parameter name, when not in ``.grad`` (the window
+        executor keeps one set per iteration in flight)."""
         self._sends: list[Any] = []
 
     def _grad(self, name: str) -> torch.Tensor:
-        return _grad(self.module.get_parameter(name))
+        if self.grads is None:
+            return _grad(self.module.get_parameter(name))
+        if name not in self.grads:
+            self.grads[name] = torch.zeros_like(self.module.get_parameter(name))
+        return self.grads[name]
 
     def send_partials(self) -> None:
         """Non-owners: after the last backward, send the partial gradient to the owner."""

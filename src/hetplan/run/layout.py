@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from hetplan.errors import InputError
 from hetplan.plan.types import Plan
 
-EXECUTABLE = ("dp", "gpipe", "1f1b", "hybrid")
+EXECUTABLE = ("dp", "gpipe", "1f1b", "pipedream", "hybrid")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,8 +79,6 @@ def check_executable(plan: Plan, layer_names: list[str]) -> None:
         )
     if plan.tp != 1:
         raise InputError(f"tp: tensor parallelism (tp = {plan.tp}) is not executable yet")
-    if plan.strategy == "hybrid" and plan.sync != "bsp":
-        raise InputError(f"sync: {plan.sync} is not executable yet (only bsp; see docs/run.md)")
     if plan.strategy != "dp":
         _check_micro_batches(plan)
     known = set(layer_names)

@@ -23,10 +23,14 @@ UNIT_S = 1.0  # seconds: any positive duration gives the same order
 
 
 def execution_schedule(
-    plan: Plan, stage_tensor_bytes: Sequence[Sequence[Sequence[int]]]
+    plan: Plan, stage_tensor_bytes: Sequence[Sequence[Sequence[int]]], iterations: int = 1
 ) -> Schedule:
     """The plan's schedule; ``stage_tensor_bytes[s][i]``: bytes of each gradient tensor of
-    layer ``i`` of stage ``s`` (the bucket assignment, :mod:`hetplan.run.gradsync`)."""
+    layer ``i`` of stage ``s`` (the bucket assignment, :mod:`hetplan.run.gradsync`).
+
+    Asynchronous plans (:func:`is_windowed`) run ``iterations`` training steps as one
+    continuous schedule (a window; the pipeline drains only at its end); synchronous plans
+    run one iteration per schedule."""
     sync = len(plan.pipelines) > 1
     cap = plan.bucket_mb * MiB
     buckets = [ddp_buckets(t, cap, first_bucket(cap)) if sync else [] for t in stage_tensor_bytes]
@@ -62,7 +66,14 @@ def execution_schedule(
         bucket_bytes=[float(sum(g.nbytes for g in bs)) for bs in buckets],
         sources=(),
     )
-    return build_schedule(plan, priced)
+    return build_schedule(plan, priced, iterations if is_windowed(plan) else None)
+
+
+def is_windowed(plan: Plan) -> bool:
+    """Whether the plan's schedule spans several iterations with no flush between them
+    (asynchronous PipeDream, HetPipe's WSP): what :class:`~hetplan.run.async_exec.
+    WindowExecutor` runs."""
+    return plan.strategy == "pipedream" or (plan.strategy == "hybrid" and plan.sync == "wsp")
 
 
 def device_actions(schedule: Schedule, device: str) -> list[Action]:

@@ -34,6 +34,7 @@ from hetplan.run.layout import RankRole, pipeline_ranks, stage_ranks
 from hetplan.run.model import ModelSource, canonical_names
 from hetplan.run.precision import autocast
 from hetplan.run.program import device_actions, execution_schedule
+from hetplan.run.window import WaveSync
 from hetplan.schedule.types import Action
 from hetplan.units import MiB
 
@@ -71,6 +72,13 @@ class RankSetup:
     """Stage parameter name -> the model's ``named_parameters()`` name (tied weights)."""
     held_bytes: int
     """Bytes of parameters and buffers this rank materialised (the rest stayed on meta)."""
+    tensor_bytes: list[list[list[int]]]
+    """Per stage and layer, the gradient tensors' bytes (the schedule's bucket structure)."""
+
+    def window_actions(self, plan: Plan, steps: int) -> list[Action]:
+        """This rank's actions for ``steps`` iterations of a windowed plan."""
+        schedule = execution_schedule(plan, self.tensor_bytes, steps)
+        return device_actions(schedule, self.io.me)
 
 
 def stage_layers(plan: Plan, pipeline: int) -> list[list[str]]:
@@ -134,6 +142,7 @@ def setup_rank(
         ties=_ties(plan, role, split, module),
         canonical=canonical_names(meta),
         held_bytes=held_bytes(root),
+        tensor_bytes=sizes,
     )
 
 
@@ -183,6 +192,18 @@ def bucket_sync(
     if groups.stage is None:
         return None
     return BucketSync(setup.layer_params, plan.bucket_mb * MiB, groups.stage, record)
+
+
+def wave_sync(setup: RankSetup, plan: Plan, groups: Groups, record: Recorder) -> WaveSync | None:
+    """The per-iteration gradient all-reduce of a windowed plan with replicas (WSP)."""
+    if groups.stage is None:
+        return None
+    names = {id(p): n for n, p in setup.module.named_parameters()}
+    layers = [
+        [(names[id(p)], p.numel() * p.element_size()) for p in layer]
+        for layer in setup.layer_params
+    ]
+    return WaveSync(layers, plan.bucket_mb * MiB, groups.stage, record)
 
 
 @contextlib.contextmanager

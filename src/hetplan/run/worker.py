@@ -32,9 +32,18 @@ from hetplan.run.layout import RankRole, rank_roles
 from hetplan.run.memory import measure_step_memory
 from hetplan.run.model import ModelSource
 from hetplan.run.precision import LossScaler
-from hetplan.run.rank_setup import Groups, RankSetup, bucket_sync, exchange_templates, setup_rank
+from hetplan.run.program import is_windowed
+from hetplan.run.rank_setup import (
+    Groups,
+    RankSetup,
+    bucket_sync,
+    exchange_templates,
+    setup_rank,
+    wave_sync,
+)
 from hetplan.run.steplog import StepLogWriter
 from hetplan.run.trial import StopRule
+from hetplan.run.window import WindowExecutor
 
 # Default learning rates (``--lr`` overrides them): the usual defaults of SGD and Adam in the
 # papers' set-ups, stable for the zoo's models.
@@ -42,6 +51,9 @@ SGD_LR = 0.01  # dimensionless
 MOMENTUM = 0.9  # dimensionless
 ADAM_LR = 1e-3  # dimensionless
 COLLECTIVE_TIMEOUT_S = 300.0  # seconds a collective may wait before failing the run
+# Steps of a windowed (PipeDream, WSP) plan between a trial's stop decisions: the pipeline
+# drains at each, so a trial pays one fill and drain per window (the stop rule's minimum is 3).
+TRIAL_WINDOW_STEPS = 5  # steps
 
 
 def make_optimizer(
@@ -95,23 +107,41 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     io = exchange_templates(setup, sample, ctx.device, dtype)
     scaler = LossScaler(dtype == "fp16", groups.world)
     scaler.scale = start.loss_scale if scaler.enabled else 1.0
-    executor = Executor(
-        module=module,
-        io=io,
-        actions=setup.actions,
-        device=ctx.device,
-        micro_batches=plan.micro_batches,
-        global_batch=plan.global_batch,
-        loss_fn=feed.loss,
-        dtype=dtype,
-        optimizer=optimizer,
-        ties=setup.ties,
-        scaler=scaler,
-        recompute=plan.recompute,
-    )
-    executor.sync = bucket_sync(setup, plan, groups, executor.record_collective)
+    common: dict[str, Any] = {
+        "module": module,
+        "io": io,
+        "device": ctx.device,
+        "micro_batches": plan.micro_batches,
+        "global_batch": plan.global_batch,
+        "loss_fn": feed.loss,
+        "dtype": dtype,
+        "optimizer": optimizer,
+        "ties": setup.ties,
+        "scaler": scaler,
+        "recompute": plan.recompute,
+    }
+    executor: Executor
+    if is_windowed(plan):
+        window = WindowExecutor(
+            window_actions=functools.partial(setup.window_actions, plan), **common
+        )
+        window.wave = wave_sync(setup, plan, groups, window.record_collective)
+        window.fetch = functools.partial(_read, feed, role, ctx.device)
+        executor = window
+    else:
+        executor = Executor(actions=setup.actions, **common)
+        executor.sync = bucket_sync(setup, plan, groups, executor.record_collective)
     loop = _Loop(ctx, payload, plan, role, setup, groups, feed, executor, start)
     return loop.run()
+
+
+def _read(
+    feed: Feed, role: RankRole, device: str, step: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The pipeline's batch of ``step`` on the stages that read data (the first and last)."""
+    if role.stage == 0 or role.stage == role.num_stages - 1:
+        return feed.batch(step, role.pipeline, device)
+    return None, None
 
 
 def _resume(
@@ -160,6 +190,7 @@ class _Loop:
         self.log = StepLogWriter(Path(log_dir), ctx.rank) if log_dir else None
         self.meter, self.energy_note = _meter(ctx)
         self.iterations: list[float] = []
+        self.decided = 0  # steps whose times have gone to the stop rule
         self.out = _empty_result(ctx, role)
         self.out.update(
             held_state_bytes=setup.held_bytes,
@@ -177,8 +208,11 @@ class _Loop:
             step = self.start.step + i
             torch.manual_seed(step_seed(self.seed, step, role.pipeline, role.stage))
             x, y = None, None
-            if role.stage == 0 or role.stage == role.num_stages - 1:  # the ends read data
-                x, y = self.feed.batch(step, role.pipeline, self.ctx.device)
+            if isinstance(ex, WindowExecutor):
+                if ex.window_done:
+                    ex.begin_window(step, self._window(i))
+            else:
+                x, y = _read(self.feed, role, self.ctx.device, step)
             before = self.meter.read_j() if self.meter else 0.0
             if i == 0:  # memory is counted on the first step (counting slows it down)
                 self.out["peak_memory_bytes"], self.out["memory_source"] = measure_step_memory(
@@ -203,6 +237,16 @@ class _Loop:
         if self.log is not None:
             self.log.close()
         return self.out
+
+    def _window(self, i: int) -> int:
+        """Steps of the window starting at loop step ``i``: up to the next checkpoint, the
+        next trial decision or the end, where the pipeline must be drained."""
+        n = self.total - i
+        if self.ckpt_dir is not None and self.every:
+            n = min(n, self.every - (self.start.step + i) % self.every)
+        if self.rule is not None:
+            n = min(n, TRIAL_WINDOW_STEPS)
+        return n
 
     def _grads(self) -> dict[str, torch.Tensor]:
         module, canonical = self.executor.module, self.setup.canonical
@@ -257,10 +301,15 @@ class _Loop:
         """Trials only: the shared iteration time (slowest rank) decides, on every rank."""
         if self.rule is None:
             return False
-        t = torch.tensor([self.out["step_s"][-1]], dtype=torch.float64)
+        ex = self.executor
+        if isinstance(ex, WindowExecutor) and not ex.window_done:
+            return False  # a windowed plan stops only where its pipeline is drained
+        k = len(self.out["step_s"]) - self.decided
+        self.decided += k
+        t = torch.tensor(self.out["step_s"][-k:], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.groups.control)
-        if i >= self.warmup:
-            self.iterations.append(float(t))
+        first = i - k + 1
+        self.iterations += [float(v) for n, v in enumerate(t) if first + n >= self.warmup]
         why = self.rule.decide(self.iterations)
         if why is not None:
             self.out["stopped"] = why

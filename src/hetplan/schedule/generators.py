@@ -140,15 +140,23 @@ def _steady_window(num_stages: int, m: int, extra: int = 0) -> tuple[int, int, i
     return a, b, b + fill
 
 
-def pipedream_async(pipe: PipelineWork, micro_batches: int) -> Schedule:
+def pipedream_async(
+    pipe: PipelineWork, micro_batches: int, *, iterations: int | None = None
+) -> Schedule:
     """Asynchronous PipeDream: 1F1B without flush; each stage steps its weights every
-    ``micro_batches`` backwards without waiting (weight stashing keeps versions consistent)."""
+    ``micro_batches`` backwards without waiting (weight stashing keeps versions consistent).
+
+    ``iterations`` None: enough iterations to measure a steady-state window (prediction);
+    otherwise exactly that many, unmarked (the executor's window of training steps)."""
     _check([pipe], micro_batches)
     a, last, iters = _steady_window(len(pipe.stages), micro_batches)
     b = ScheduleBuilder()
-    emit_replica(
-        b, 0, pipe, m=micro_batches, iterations=iters, order="1f1b", opt_lag=None, opt_deps={}
-    )
+    n = iters if iterations is None else iterations
+    emit_replica(b, 0, pipe, m=micro_batches, iterations=n, order="1f1b", opt_lag=None, opt_deps={})
+    if iterations is not None:
+        return b.build(
+            strategy="pipedream", devices=_devices([pipe]), samples_per_iteration=pipe.batch
+        )
     mark = (("O", 0, 0, a - 1), ("O", 0, 0, last - 1), float((last - a) * pipe.batch))
     return b.build(
         strategy="pipedream",
@@ -165,10 +173,15 @@ def wsp(
     staleness: int,
     *,
     buckets: StageBuckets = (),
+    iterations: int | None = None,
 ) -> Schedule:
-    """HetPipe's wave-synchronous hybrid with staleness bound ``staleness`` (D)."""
+    """HetPipe's wave-synchronous hybrid with staleness bound ``staleness`` (D).
+
+    ``iterations``: as for :func:`pipedream_async` (None: a measured steady-state window)."""
     _check(pipes, micro_batches)
     a, last, iters = _steady_window(len(pipes[0].stages), micro_batches, extra=staleness)
+    if iterations is not None:
+        iters = iterations
     b = ScheduleBuilder()
     opt_deps = _emit_allreduce(b, pipes, buckets, micro_batches, iters)
     for r, p in enumerate(pipes):
@@ -183,6 +196,8 @@ def wsp(
             opt_deps=opt_deps,
         )
     samples = sum(p.batch for p in pipes)
+    if iterations is not None:
+        return b.build(strategy="hybrid", devices=_devices(pipes), samples_per_iteration=samples)
     # Wave w is done when stage 0 of replica 0 has its last backward of the wave: replicas are
     # coupled by the allreduce, so all of them advance at the same average rate.
     m = micro_batches

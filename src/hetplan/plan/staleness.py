@@ -1,0 +1,67 @@
+"""How stale the weights of an asynchronous plan can be, in optimizer steps (iterations).
+
+Plans are ranked on what the simulator predicts per iteration (time, energy, power, cost).
+An asynchronous plan buys its shorter iteration by letting a forward pass run on weights that
+miss some of the latest updates; that can cost extra iterations to converge, which nothing in
+hetplan models. This module states the bound so that the ranking can show it next to the
+iteration time, and so that ``hetplan plan --sync-only`` can leave such plans out.
+
+- Synchronous families (dp, gpipe, 1f1b, synchronous ps, hybrid with BSP): 0.
+- PipeDream (asynchronous 1F1B, weight stashing, no flush): stage ``s`` of ``S`` runs
+  ``S - 1 - s`` warm-up forwards, so with ``m`` micro-batches per optimizer step a forward
+  can run up to ``ceil((S - 1 - s) / m)`` steps behind a synchronous schedule; the bound is
+  stage 0's,
+  ``ceil((S - 1) / m)`` (Narayanan et al. 2019, "PipeDream").
+- Hybrid with HetPipe's wave-synchronous parallel (WSP): a replica may run up to ``D``
+  (``Plan.staleness``) waves ahead of the slowest, one wave being one iteration; its pipeline
+  runs 1F1B continuously across waves, which adds the same ``ceil((S - 1) / m)`` (Park et
+  al. 2020, "HetPipe"). The sum is an upper bound: hetplan's simulated WSP order
+  (``schedule.pipeline.insert_optimizer`` with lag ``D + 1``) reaches the larger of the two.
+- Asynchronous parameter server: the stale-synchronous bound ``Plan.staleness`` (Ho et al.
+  2013, SSP); without one (0) a worker's update waits for nobody, so there is no bound.
+"""
+
+from __future__ import annotations
+
+from hetplan.plan.types import Plan
+
+ASYNCHRONOUS_FAMILIES: frozenset[str] = frozenset({"pipedream"})
+"""Strategy families whose every plan is asynchronous (hybrid and ps are by their fields)."""
+
+
+def is_asynchronous(plan: Plan) -> bool:
+    """Whether a forward pass of ``plan`` may use weights that miss a completed update."""
+    if plan.strategy in ASYNCHRONOUS_FAMILIES:
+        return True
+    if plan.strategy == "hybrid":
+        return plan.sync == "wsp"
+    return plan.strategy == "ps" and plan.ps_async
+
+
+def pipeline_lag(plan: Plan) -> int:
+    """``ceil((S - 1) / m)``: optimizer steps stage 0's warm-up forwards can run behind when
+    a pipeline of ``S`` stages runs 1F1B over ``m`` micro-batches per step without a flush."""
+    return -(-(plan.num_stages - 1) // plan.micro_batches)
+
+
+def staleness_of(plan: Plan) -> int | None:
+    """The staleness bound of ``plan`` in iterations (optimizer steps); 0 for synchronous
+    plans, None for an asynchronous parameter server without a bound."""
+    if not is_asynchronous(plan):
+        return 0
+    if plan.strategy == "ps":
+        return plan.staleness or None
+    if plan.strategy == "hybrid":
+        return plan.staleness + pipeline_lag(plan)
+    return pipeline_lag(plan)
+
+
+def staleness_text(plan: Plan) -> str:
+    """Short form for a table cell: ``sync``, ``async ≤1 it``, ``WSP D=2 (+1)``."""
+    if not is_asynchronous(plan):
+        return "sync"
+    if plan.strategy == "hybrid":
+        lag = pipeline_lag(plan)
+        return f"WSP D={plan.staleness}" + (f" (+{lag})" if lag else "")
+    bound = staleness_of(plan)
+    return "async, unbounded" if bound is None else f"async ≤{bound} it"

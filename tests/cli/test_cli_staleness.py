@@ -1,0 +1,144 @@
+"""Staleness in ``hetplan plan``: the table column, the JSON fields, the explanation of an
+asynchronous winner, and ``--sync-only``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hetplan.cli.cmd_plan import without_asynchronous
+from hetplan.cli.main import main
+from hetplan.cluster import load_cluster
+from hetplan.cost.compute import AnalyticalCompute
+from hetplan.graph import build_graph
+from hetplan.plan.objective import parse_objective
+from hetplan.plan.search import Ranked, SearchOptions, search
+from hetplan.plan.types import ModelRef
+
+CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
+LOCAL = str(CLUSTERS / "local-cpu.yaml")
+# gpt-tiny on two CPU devices: asynchronous PipeDream is the fastest what-if plan
+GPT = ["--model", "gpt-tiny", "--batch", "16", "--cluster", LOCAL, "--analytical"]
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out = capsys.readouterr()
+    return int(exc.value.code or 0), out.out, out.err
+
+
+def _plan(argv: list[str], tmp: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    code, text, err = _run(["plan", *GPT, *argv, "--out", str(tmp / "p.json"), "--json"], capsys)
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(text)
+    return data
+
+
+def _rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [data["best"], *data["candidates"], *data["baselines"].values(), *data["pareto"]]
+
+
+def test_json_has_staleness_for_every_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _plan(["--what-if"], tmp_path, capsys)
+    for row in _rows(data):
+        assert {"asynchronous", "staleness", "staleness_text"} <= set(row)
+        sync = row["family"] != "pipedream"
+        assert row["asynchronous"] is not sync
+        if sync:
+            assert (row["staleness"], row["staleness_text"]) == (0, "sync")
+    pipe = data["best"]
+    assert pipe["family"] == "pipedream"
+    stages, m = len(pipe["plan"]["pipelines"][0]["stages"]), pipe["plan"]["micro_batches"]
+    assert pipe["staleness"] == -(-(stages - 1) // m) >= 1
+    assert pipe["staleness_text"] == f"async ≤{pipe['staleness']} it"
+
+
+def test_asynchronous_winner_is_explained(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _plan(["--what-if"], tmp_path, capsys)
+    best = data["best"]
+    n = best["staleness"]
+    line = next(r for r in data["reasons"] if "asynchronous" in r)
+    assert line.startswith(f"{best['label']} is asynchronous: ")
+    assert f"stale by up to {n} iteration" in line
+    assert "iteration time only" in line and "not modelled" in line
+
+
+def test_synchronous_winner_gets_no_staleness_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _plan(["--sync-only"], tmp_path, capsys)
+    assert not any(row["asynchronous"] for row in _rows(data))
+    assert not any("asynchronous" in r for r in data["reasons"])
+
+
+def test_table_has_a_staleness_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", *GPT, "--what-if", "--out", str(tmp_path / "p.json")]
+    code, text, err = _run(argv, capsys)
+    assert code == 0, err
+    header = next(x for x in text.splitlines() if "iteration" in x and "plan" in x)
+    assert "staleness" in header
+    rows = [x for x in text.splitlines() if x.startswith("│") and "ms" in x]
+    assert rows and all(("│ sync " in x) or ("│ async ≤" in x) for x in rows)
+    assert any("pipedream" in x and "async ≤1 it" in x for x in rows)
+    assert "is asynchronous" in text and "not modelled" in text
+
+
+def test_sync_only_excludes_pipedream(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _plan(["--what-if", "--sync-only"], tmp_path, capsys)
+    assert data["best"]["family"] != "pipedream"
+    assert all(c["family"] != "pipedream" for c in data["candidates"])
+    assert not any(row["asynchronous"] for row in _rows(data))
+    plan = json.loads((tmp_path / "p.json").read_text())
+    assert plan["strategy"] != "pipedream"
+
+
+@pytest.mark.parametrize("strategies", ["pipedream", "dp,pipedream"])
+@pytest.mark.parametrize("what_if", [[], ["--what-if"]])
+def test_sync_only_with_pipedream_is_one_line_error(
+    strategies: str, what_if: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "p.json"
+    argv = ["plan", *GPT, *what_if, "--sync-only", "--strategies", strategies, "--out", str(out)]
+    code, stdout, err = _run(argv, capsys)
+    assert code == 2
+    assert err.startswith("hetplan: error: ") and err.count("\n") == 1, err
+    assert "--sync-only" in err and "--strategies" in err and "pipedream" in err
+    assert stdout == "" and not out.exists()
+
+
+def test_tune_takes_sync_only(capsys: pytest.CaptureFixture[str]) -> None:
+    code, text, _ = _run(["tune", "--help"], capsys)
+    assert code == 0 and "--sync-only" in text
+
+
+def _as_wsp(r: Ranked) -> Ranked:
+    plan = dataclasses.replace(r.candidate.plan, sync="wsp", staleness=1)
+    return dataclasses.replace(r, candidate=dataclasses.replace(r.candidate, plan=plan))
+
+
+def test_without_asynchronous_drops_wsp_hybrids() -> None:
+    # The search makes no WSP plan today: turn a searched BSP hybrid into one.
+    ref = ModelRef(name="gpt-tiny")
+    cluster = load_cluster(CLUSTERS / "local-cpu-4on2.yaml")
+    opts = SearchOptions(batch=16, objective=parse_objective("time"), families=("dp", "hybrid"))
+    ranking = search(ref, build_graph(ref), cluster, AnalyticalCompute(), opts)
+    hybrids = [r for r in ranking.ranked if r.candidate.family == "hybrid"]
+    assert hybrids and len(hybrids) < len(ranking.ranked)
+    assert without_asynchronous(ranking, cluster) is ranking  # nothing to drop
+    wsp = [_as_wsp(r) if r in hybrids else r for r in ranking.ranked]
+    ranking = dataclasses.replace(ranking, ranked=wsp)
+    kept = without_asynchronous(ranking, cluster)
+    assert kept.ranked == [r for r in wsp if r.candidate.family != "hybrid"]
+    assert kept.rejected["asynchronous (--sync-only)"] == len(hybrids)
+    assert "asynchronous (--sync-only)" not in ranking.rejected  # the original is untouched
+    assert kept.pareto and all(r in kept.ranked for r in kept.pareto)
+    assert kept.reasons[0].startswith(kept.best.candidate.label)
