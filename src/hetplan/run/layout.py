@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from hetplan.errors import InputError
 from hetplan.plan.types import Plan
 
-EXECUTABLE = ("dp", "gpipe", "1f1b", "pipedream", "hybrid")
+EXECUTABLE = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,8 +79,10 @@ def check_executable(plan: Plan, layer_names: list[str]) -> None:
         )
     if plan.tp != 1:
         raise InputError(f"tp: tensor parallelism (tp = {plan.tp}) is not executable yet")
-    if plan.strategy != "dp":
+    if plan.strategy not in ("dp", "ps"):
         _check_micro_batches(plan)
+    if plan.strategy == "ps":
+        _check_servers(plan)
     known = set(layer_names)
     for i, pipe in enumerate(plan.pipelines):
         layers = [name for stage in pipe.stages for name in stage.layers]
@@ -108,3 +110,13 @@ def _check_micro_batches(plan: Plan) -> None:
                 f"pipelines.{i}.batch ({pipe.batch}) must be a multiple of micro_batches ({m}) "
                 "to run (pipeline stages exchange fixed-shape micro-batches)"
             )
+
+
+def _check_servers(plan: Plan) -> None:
+    workers = set(plan.devices)
+    apart = [d for d in plan.ps_devices if d not in workers]
+    if apart:
+        raise InputError(
+            f"ps_devices: {apart[0]} is not a worker of the plan; servers run co-located with "
+            "workers (separate server processes are not executable yet, see docs/run.md)"
+        )

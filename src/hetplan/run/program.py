@@ -16,7 +16,7 @@ from hetplan.plan.types import Plan
 from hetplan.predict.predict import build_schedule
 from hetplan.predict.price import PricedPlan, split_backward
 from hetplan.schedule.types import Action, Schedule
-from hetplan.schedule.work import PipelineWork, StageWork, SyncBucket
+from hetplan.schedule.work import PipelineWork, PsWork, StageWork, SyncBucket
 from hetplan.units import MiB
 
 UNIT_S = 1.0  # seconds: any positive duration gives the same order
@@ -31,7 +31,7 @@ def execution_schedule(
     Asynchronous plans (:func:`is_windowed`) run ``iterations`` training steps as one
     continuous schedule (a window; the pipeline drains only at its end); synchronous plans
     run one iteration per schedule."""
-    sync = len(plan.pipelines) > 1
+    sync = len(plan.pipelines) > 1 and plan.strategy != "ps"
     cap = plan.bucket_mb * MiB
     buckets = [ddp_buckets(t, cap, first_bucket(cap)) if sync else [] for t in stage_tensor_bytes]
     parts = [
@@ -61,12 +61,15 @@ def execution_schedule(
     priced = PricedPlan(
         pipes=pipes,
         buckets=sync_buckets if sync else [],
-        ps=[],
+        ps=[PsWork(push_s=UNIT_S, pull_s=UNIT_S)] * len(pipes) if plan.strategy == "ps" else [],
         micro_batch=[pipe.batch // plan.micro_batches for pipe in plan.pipelines],
         bucket_bytes=[float(sum(g.nbytes for g in bs)) for bs in buckets],
         sources=(),
     )
-    return build_schedule(plan, priced, iterations if is_windowed(plan) else None)
+    # One iteration per schedule for the parameter server (asynchronous workers wait for
+    # nobody in the schedule: the servers bound their staleness).
+    steps = iterations if is_windowed(plan) else 1 if plan.strategy == "ps" else None
+    return build_schedule(plan, priced, steps)
 
 
 def is_windowed(plan: Plan) -> bool:

@@ -33,6 +33,7 @@ from hetplan.run.memory import measure_step_memory
 from hetplan.run.model import ModelSource
 from hetplan.run.precision import LossScaler
 from hetplan.run.program import is_windowed
+from hetplan.run.ps import PsExecutor, hosted_params
 from hetplan.run.rank_setup import (
     Groups,
     RankSetup,
@@ -88,8 +89,15 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
         setup.ties.group = groups.ties
     module = setup.module
     trainable = [p for p in module.parameters() if p.requires_grad]
+    hosts = hosted_params(plan, setup.layer_params) if plan.strategy == "ps" else {}
+    if plan.strategy == "ps":  # the optimizer state lives with the rank's hosted shards
+        trainable = hosts.get(ctx.rank) or [nn.Parameter(torch.zeros(0))]  # (none: no state)
     optimizer = make_optimizer(plan.optimizer, trainable, payload.get("lr"))
     start = _resume(payload, setup, optimizer, groups, seed)
+    if plan.strategy == "ps":  # a checkpoint holds every shard's state: keep this rank's
+        mine = {id(p) for p in trainable}
+        for p in [p for p in optimizer.state if id(p) not in mine]:
+            del optimizer.state[p]
     seed = start.seed  # a resumed run keeps its data order and random streams
     feed = make_feed(
         plan,
@@ -128,6 +136,11 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
         window.wave = wave_sync(setup, plan, groups, window.record_collective)
         window.fetch = functools.partial(_read, feed, role, ctx.device)
         executor = window
+    elif plan.strategy == "ps":
+        group = groups.stage if groups.stage is not None else groups.world
+        executor = PsExecutor(
+            hosts=hosts, rank=ctx.rank, group=group, actions=setup.actions, **common
+        )
     else:
         executor = Executor(actions=setup.actions, **common)
         executor.sync = bucket_sync(setup, plan, groups, executor.record_collective)
