@@ -70,7 +70,7 @@ def test_planned_zoo_plans_run(
     _plan_then_train(argv, CLUSTERS / f"{cluster}.yaml", tmp_path, capsys)
 
 
-@pytest.mark.parametrize("family", ["gpipe", "1f1b", "hybrid"])
+@pytest.mark.parametrize("family", ["dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid"])
 def test_each_runnable_family_runs(
     family: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -78,19 +78,6 @@ def test_each_runnable_family_runs(
     data = _plan_then_train(argv, CLUSTERS / "local-cpu-4on2.yaml", tmp_path, capsys)
     assert all(r["memory_source"] == "tensor bytes" for r in data["ranks"])
     assert all(r["predicted_memory_bytes"] > 0 for r in data["ranks"])
-
-
-def test_unrunnable_families_need_what_if(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    argv = ["plan", "--model", "gpt-tiny", "--cluster", str(CLUSTERS / "local-cpu.yaml"),
-            "--strategies", "pipedream", "--out", str(tmp_path / "p.json")]  # fmt: skip
-    code, _, err = _run(argv, capsys)
-    assert code == 2 and "--what-if" in err and "pipedream" in err
-    assert not (tmp_path / "p.json").exists()
-    code, _, err = _run([*argv, "--what-if", "--json"], capsys)
-    assert code == 0, err
-    assert json.loads((tmp_path / "p.json").read_text())["strategy"] == "pipedream"
 
 
 def test_model_that_cannot_be_cut_is_refused_up_front(

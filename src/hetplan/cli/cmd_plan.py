@@ -196,8 +196,8 @@ def plan_cmd(
         bool,
         typer.Option(
             "--what-if",
-            help="Also rank families train cannot run yet (ps, pipedream, tensor parallel): "
-            "priced and simulated only.",
+            help="Also rank tensor-parallel plans, which train cannot run yet: priced and "
+            "simulated only.",
         ),
     ] = False,
     sync_only: SyncOnlyOpt = False,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from hetplan.plan.objective import Limits, Objective
 
 FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
-RUNNABLE = ("dp", "gpipe", "1f1b", "pipedream", "hybrid")
+RUNNABLE = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
 """Families ``hetplan train`` executes (no tensor parallelism)."""
 
 Progress = Callable[[str, int, int], None]
