@@ -18,6 +18,8 @@ from hetplan.plan.types import Plan
 from hetplan.run.layout import check_executable
 from hetplan.run.model import layer_names
 from hetplan.run.ps import hosted_params
+from hetplan.run.reference_ps import replay_async_ps
+from hetplan.run.train import run_plan
 
 
 def _ps(name: str, servers: list[str], policy: str = "size", optimizer: str = "adam") -> Plan:
@@ -58,3 +60,47 @@ def test_separate_servers_are_refused() -> None:
     plan = dataclasses.replace(plan, ps_devices=["x9"])
     with pytest.raises(InputError, match="ps_devices: x9 is not a worker"):
         check_executable(plan, layer_names(_source("skip")))
+
+
+@pytest.mark.parametrize(("staleness", "optimizer"), [(0, "sgd"), (1, "adam")])
+def test_async_ps_replays_in_one_process(staleness: int, optimizer: str) -> None:
+    """Three workers, two hosts: every worker's loss at every step equals a one-process
+    replay of the servers' logs (each push applied once, to the weights the logs say), and
+    with a bound every pull waited until the slowest worker was at most that far behind."""
+    base = make_plan("skip", "dp", 1, optimizer=optimizer, batch=8)
+    pipes = [
+        dataclasses.replace(
+            base.pipelines[0],
+            stages=[dataclasses.replace(base.pipelines[0].stages[0], devices=[f"d{i}"])],
+            batch=4,
+        )
+        for i in range(3)
+    ]
+    plan = dataclasses.replace(
+        base,
+        strategy="ps",
+        pipelines=pipes,
+        global_batch=12,
+        ps_devices=["d0", "d2"],
+        ps_assignment="round_robin",
+        ps_async=True,
+        staleness=staleness,
+    )  # type: ignore[arg-type]
+    steps = 5
+    raw = run_plan(plan, source=_source("skip"), steps=steps, seed=2)
+    pulled = [r["ps_pulled"] for r in raw]
+    applied = {r["rank"]: r["ps_applied"] for r in raw if r["ps_applied"]}
+    assert sorted(applied) == [0, 2]
+    for log in applied.values():  # every push applied exactly once at each host
+        assert sorted(log) == [(w, c) for w in range(3) for c in range(steps)]
+    want = replay_async_ps(plan, _source("skip"), pulled, applied, seed=2)
+    got = [r["loss"] for r in raw]
+    torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-5, atol=1e-6)
+    if staleness:
+        for w, per_step in enumerate(pulled):
+            for c, versions in enumerate(per_step[1:], start=1):
+                for h, v in versions.items():
+                    seen = applied[h][:v]
+                    for other in range(3):  # pushes of `other` applied before w's pull
+                        n = sum(1 for o, _ in seen if o == other)
+                        assert n >= min(c - staleness, steps), (w, c, h, other)

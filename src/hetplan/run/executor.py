@@ -130,6 +130,10 @@ class Executor:
         self.last_loss = float(sum(float(t) for t in st.losses.values())) if self.io.last else None
         return self.last_loss
 
+    def close(self) -> dict[str, Any]:
+        """End of the run: anything the executor reports besides its steps."""
+        return {}
+
     def record_collective(self, kind: str, part: int, start: float, end: float) -> None:
         """A bucket's allreduce, reported by :class:`BucketSync` when it completes."""
         self.trace.append((kind, self.io.stage, -1, part, start, end))

@@ -83,6 +83,11 @@ def check_executable(plan: Plan, layer_names: list[str]) -> None:
         _check_micro_batches(plan)
     if plan.strategy == "ps":
         _check_servers(plan)
+    if plan.strategy == "ps" and plan.ps_async and plan.model.dtype == "fp16":
+        raise InputError(
+            "model.dtype: fp16's loss scaling skips a step on every rank together; an "
+            "asynchronous parameter server has no common step (use bf16 or fp32)"
+        )
     known = set(layer_names)
     for i, pipe in enumerate(plan.pipelines):
         layers = [name for stage in pipe.stages for name in stage.layers]

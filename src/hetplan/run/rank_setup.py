@@ -52,6 +52,10 @@ class Groups:
         # Control messages (checkpoint planning, trial decisions) are small CPU objects: gloo
         # carries them whatever the training backend.
         self.control: Any = dist.new_group(list(range(world)), timeout=timeout, backend="gloo")
+        self.ps: tuple[Any, Any] | None = None
+        if plan.strategy == "ps" and plan.ps_async:  # pushes up, weights down (server threads)
+            up = dist.new_group(list(range(world)), timeout=timeout, backend="gloo")
+            self.ps = (up, dist.new_group(list(range(world)), timeout=timeout, backend="gloo"))
         if len(plan.pipelines) > 1:
             for ranks in stage_ranks(plan):
                 group = dist.new_group(ranks, timeout=timeout)

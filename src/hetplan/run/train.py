@@ -72,6 +72,11 @@ def check_training(plan: Plan, training: Training) -> Path | None:
     returns the checkpoint folder to resume from."""
     if training.data is not None:
         load_data(training.data)
+    if plan.strategy == "ps" and plan.ps_async and (training.checkpoint_dir or training.resume):
+        raise InputError(
+            "--checkpoint/--resume: not supported for an asynchronous parameter server yet "
+            "(its weights live in the servers, which never pause together)"
+        )
     if training.lr is not None and not training.lr > 0:
         raise InputError(f"--lr must be > 0 (got {training.lr:g})")
     if training.checkpoint_every < 0:

@@ -34,6 +34,7 @@ from hetplan.run.model import ModelSource
 from hetplan.run.precision import LossScaler
 from hetplan.run.program import is_windowed
 from hetplan.run.ps import PsExecutor, hosted_params
+from hetplan.run.ps_async import AsyncPsExecutor, AsyncServer
 from hetplan.run.rank_setup import (
     Groups,
     RankSetup,
@@ -136,6 +137,8 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
         window.wave = wave_sync(setup, plan, groups, window.record_collective)
         window.fetch = functools.partial(_read, feed, role, ctx.device)
         executor = window
+    elif plan.strategy == "ps" and plan.ps_async:
+        executor = _async_ps(plan, payload, ctx, groups, hosts, setup.actions, common)
     elif plan.strategy == "ps":
         group = groups.stage if groups.stage is not None else groups.world
         executor = PsExecutor(
@@ -146,6 +149,31 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
         executor.sync = bucket_sync(setup, plan, groups, executor.record_collective)
     loop = _Loop(ctx, payload, plan, role, setup, groups, feed, executor, start)
     return loop.run()
+
+
+def _async_ps(
+    plan: Plan,
+    payload: dict[str, Any],
+    ctx: RankContext,
+    groups: Groups,
+    hosts: dict[int, list[nn.Parameter]],
+    actions: list[Any],
+    common: dict[str, Any],
+) -> AsyncPsExecutor:
+    assert groups.ps is not None
+    server = None
+    if ctx.rank in hosts:
+        server = AsyncServer(
+            rank=ctx.rank,
+            workers=list(range(ctx.world_size)),
+            params=hosts[ctx.rank],
+            make_optimizer=lambda ps: make_optimizer(plan.optimizer, ps, payload.get("lr")),
+            staleness=plan.staleness,
+            groups=groups.ps,
+        )
+    return AsyncPsExecutor(
+        hosts=hosts, rank=ctx.rank, groups=groups.ps, server=server, actions=actions, **common
+    )
 
 
 def _read(
@@ -244,6 +272,7 @@ class _Loop:
                 last_saved = step + 1
             if self._should_stop(i):
                 break
+        self.out.update(ex.close())
         done = self.start.step + len(self.out["step_s"])
         if self.ckpt_dir is not None and last_saved != done:
             self._save(done)
