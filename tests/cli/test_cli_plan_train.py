@@ -98,3 +98,27 @@ def test_model_that_cannot_be_cut_is_refused_up_front(
     code, _, err = _run([*argv, "--batch", "8"], capsys)
     assert code == 2
     assert "cannot be traced into stages" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("family", "edit"),
+    [("hybrid", {"sync": "wsp", "staleness": 1}), ("ps", {"ps_async": True, "staleness": 1})],
+)
+def test_asynchronous_variants_run(
+    family: str, edit: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The planner proposes BSP hybrids and synchronous servers; the same plan files edited
+    to WSP or an asynchronous server (what ``predict --sync wsp`` / ``--ps-async`` price) run."""
+    cluster = CLUSTERS / "local-cpu-4on2.yaml"
+    plan = tmp_path / "plan.json"
+    argv = ["plan", "--model", "gpt-tiny", "--batch", "16", "--strategies", family,
+            "--analytical", "--cluster", str(cluster), "--out", str(plan)]  # fmt: skip
+    code, _, err = _run(argv, capsys)
+    assert code == 0, err
+    data = json.loads(plan.read_text())
+    plan.write_text(json.dumps({**data, **edit}))
+    args = ["train", str(plan), "--cluster", str(cluster), "--steps", "3", "--warmup", "1"]
+    code, out, err = _run([*args, "--json"], capsys)
+    assert code == 0, err
+    losses = json.loads(out)["losses"]
+    assert len(losses) == 4 and all(x > 0 for x in losses)  # warm-up step included
