@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from hetplan.bench.suite import EXECUTABLE_FAMILIES, micro_batches
+from hetplan.bench.suite import EXECUTABLE_FAMILIES, SUITE_STALENESS, micro_batches
 from hetplan.cluster import Cluster
 from hetplan.cost.types import ComputeModel
 from hetplan.errors import InputError
@@ -27,12 +27,21 @@ def fixed_plan(
     n = len(cluster.devices)
     if strategy == "dp":
         return plan_from_options(graph, cluster, model=ref, strategy="dp", batch=batch)
-    if strategy == "hybrid":
+    if strategy in ("ps", "ps-async"):  # a server shard on every worker
+        asynchronous = strategy == "ps-async"
+        return plan_from_options(
+            graph, cluster, model=ref, strategy="ps", batch=batch,
+            ps_devices=[d.id for d in cluster.devices], ps_async=asynchronous,
+            staleness=SUITE_STALENESS if asynchronous else 0,
+        )  # fmt: skip
+    if strategy in ("hybrid", "wsp"):
         pp = n // 2
         m = micro_batches(batch // 2, pp)
+        wsp = strategy == "wsp"
         return plan_from_options(
             graph, cluster, model=ref, strategy="hybrid", batch=batch, dp=2, pp=pp,
-            micro_batches=m,
+            micro_batches=m, sync="wsp" if wsp else "bsp",
+            staleness=SUITE_STALENESS if wsp else 0,
         )  # fmt: skip
     m = micro_batches(batch, n)
     return plan_from_options(
@@ -49,6 +58,14 @@ def plan_label(plan: Plan) -> str:
     batches = "+".join(str(p.batch) for p in plan.pipelines)
     if plan.strategy == "dp":
         return f"dp x{len(plan.pipelines)} b={batches}"
+    if plan.strategy == "ps":
+        mode = f"async s={plan.staleness}" if plan.ps_async else "sync"
+        return f"ps x{len(plan.pipelines)} {mode} b={batches}"
+    if plan.sync == "wsp":
+        return (
+            f"wsp D={plan.staleness} {len(plan.pipelines)}x{len(pipe.stages)} "
+            f"m={plan.micro_batches} layers {bounds} b={batches}"
+        )
     return (
         f"{plan.strategy} {len(plan.pipelines)}x{len(pipe.stages)} m={plan.micro_batches} "
         f"layers {bounds} b={batches}"

@@ -20,8 +20,13 @@ CLUSTERS = (HOMOGENEOUS_2, HOMOGENEOUS_4, HETEROGENEOUS)
 PIPELINES = ("gpipe", "1f1b")
 HYBRID_MIN_RANKS = 4
 """Hybrid (2 pipelines x 2 stages) needs 4 ranks."""
-EXECUTABLE_FAMILIES = ("dp", "gpipe", "1f1b", "hybrid")
-"""What the runtime executes (ps, pipedream, tp, wsp are not executable yet: docs/run.md)."""
+EXECUTABLE_FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
+"""The planner's families, all executed by the runtime (tensor parallelism is not yet)."""
+ASYNC_VARIANTS = ("ps-async", "wsp")
+"""Run as fixed strategies, since the planner does not propose them: an asynchronous
+parameter server and HetPipe's wave-synchronous hybrid, both with bound ``SUITE_STALENESS``."""
+BENCH_STRATEGIES = (*EXECUTABLE_FAMILIES, *ASYNC_VARIANTS)
+SUITE_STALENESS = 1  # iterations (ps-async) / waves (wsp)
 MICRO_BATCHES_PER_STAGE = 2
 """Micro-batches per pipeline stage of the fixed strategies: enough to fill a 2-4 stage
 pipeline (bubble (S-1)/(m+S-1) <= 43%) while keeping micro-batches large enough that
@@ -103,9 +108,9 @@ def cluster_path(name: str, directory: Path | None) -> Path:
 
 def strategies(ranks: int) -> list[str]:
     """Fixed strategies run on a cluster of ``ranks`` (plus the planner's pick)."""
-    out = ["dp", *PIPELINES]
+    out = ["dp", "ps", "ps-async", *PIPELINES, "pipedream"]
     if ranks >= HYBRID_MIN_RANKS:
-        out.append("hybrid")
+        out += ["hybrid", "wsp"]
     return out
 
 

@@ -14,7 +14,7 @@ import typer
 from hetplan.bench.report import write_report
 from hetplan.bench.runner import run_suite
 from hetplan.bench.stats import Summary, case_memory_error, memory_error, summarize
-from hetplan.bench.suite import EXECUTABLE_FAMILIES, FULL, QUICK, select_models
+from hetplan.bench.suite import BENCH_STRATEGIES, FULL, QUICK, select_models
 from hetplan.bench.types import PLANNER, SuiteResult
 from hetplan.cli.output import console, print_json
 from hetplan.errors import InputError
@@ -52,10 +52,9 @@ def _json(result: SuiteResult, summary: Summary, out: Path) -> dict[str, Any]:
 def _strategies(text: str) -> tuple[str, ...]:
     names = tuple(s.strip() for s in text.split(",") if s.strip())
     for name in names:
-        if name not in (*EXECUTABLE_FAMILIES, PLANNER):
+        if name not in (*BENCH_STRATEGIES, PLANNER):
             raise InputError(
-                f"--strategies: {name!r}; expected some of {', '.join(EXECUTABLE_FAMILIES)}, "
-                f"{PLANNER}"
+                f"--strategies: {name!r}; expected some of {', '.join(BENCH_STRATEGIES)}, {PLANNER}"
             )
     return names
 
@@ -80,7 +79,7 @@ def bench_cmd(
     ] = None,
     only: Annotated[
         str | None,
-        typer.Option("--strategies", help="Subset of dp,gpipe,1f1b,hybrid,planner."),
+        typer.Option("--strategies", help=f"Subset of {','.join(BENCH_STRATEGIES)},planner."),
     ] = None,
     steps: Annotated[int | None, typer.Option(help="Timed steps per case.")] = None,
     warmup: Annotated[int | None, typer.Option(help="Warm-up steps per case.")] = None,
