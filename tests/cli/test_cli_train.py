@@ -89,7 +89,9 @@ def test_multi_node_plan_is_not_run_locally(
     assert code == 2 and "--node and --rdzv go together" in err
 
 
-def test_ps_is_not_executable_yet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_separate_ps_servers_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = {
         "model": {"name": "resnet-tiny", "dataset": "cifar10"},
         "strategy": "ps",
@@ -111,7 +113,7 @@ def test_ps_is_not_executable_yet(tmp_path: Path, capsys: pytest.CaptureFixture[
     path.write_text(json.dumps(data))
     code, _, err = _run(["train", str(path), "--cluster", LOCAL], capsys)
     assert code == 2
-    assert "strategy ps is not executable yet (see docs/run.md)" in err
+    assert "ps_devices: local.0 is not a worker of the plan" in err
 
 
 def test_non_positive_timeout_is_refused_before_launch(

@@ -3,6 +3,7 @@ limits, Pareto front, family restriction, determinism and consistency with ``pre
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -289,4 +290,9 @@ def test_unrunnable_plans_cannot_win() -> None:
     assert unrunnable(plan("gpipe", 8, 4)) is None
     assert unrunnable(plan("dp", 7, 3)) is None  # dp accumulates uneven slices
     assert unrunnable(plan("gpipe", 6, 4)) == "batch 6 is not a multiple of 4 micro-batches"
-    assert "not executable" in str(unrunnable(plan("pipedream", 8, 4)))
+    assert unrunnable(plan("pipedream", 8, 4)) is None
+    tp = plan("pipedream", 8, 4)
+    two = [StagePlan(layers=[x], devices=[x + "0", x + "1"]) for x in "ab"]
+    tp = dataclasses.replace(tp, tp=2, pipelines=[PipelinePlan(stages=two, batch=8)])
+    assert "not executable" in str(unrunnable(tp))
+    assert unrunnable(dataclasses.replace(tp, strategy="1f1b")) is None

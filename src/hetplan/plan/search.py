@@ -212,8 +212,10 @@ def metrics_of(plan: Plan, pred: Prediction) -> Metrics:
 
 def unrunnable(plan: Plan) -> str | None:
     """Why ``hetplan train`` cannot run ``plan`` (mirrors ``run.layout.check_executable``)."""
-    if plan.strategy not in RUNNABLE or plan.tp != 1:
-        return f"{plan.strategy} (tp {plan.tp}) is not executable yet"
+    if plan.strategy not in RUNNABLE:
+        return f"{plan.strategy} is not executable yet"
+    if plan.tp != 1 and (plan.strategy in ("ps", "pipedream") or plan.sync == "wsp"):
+        return f"{plan.strategy} with tensor parallelism (tp {plan.tp}) is not executable yet"
     if plan.strategy != "dp":
         for pipe in plan.pipelines:
             if pipe.batch % plan.micro_batches:

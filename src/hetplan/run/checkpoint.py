@@ -30,6 +30,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+from torch.distributed.tensor import DTensor
 
 from hetplan.errors import InputError
 
@@ -98,6 +99,16 @@ def _model_state(module: nn.Module, canonical: dict[str, str]) -> dict[str, torc
         if not t.is_meta and key not in out:
             out[key] = t
     return out
+
+
+def _slot_like(p: nn.Parameter, meta: TensorStorageMetadata) -> torch.Tensor:
+    """An empty optimizer slot to load into: Adam's scalar step on the CPU; a tensor split
+    like its (tensor-parallel) parameter, so that DCP reads only this rank's part."""
+    if len(meta.size) == 0:
+        return torch.empty(meta.size, dtype=meta.properties.dtype, device="cpu")
+    if isinstance(p, DTensor) and tuple(meta.size) == tuple(p.shape):
+        return torch.empty_like(p, dtype=meta.properties.dtype)
+    return torch.empty(meta.size, dtype=meta.properties.dtype, device=p.device)
 
 
 def _named_params(module: nn.Module, canonical: dict[str, str]) -> list[tuple[str, nn.Parameter]]:
@@ -208,9 +219,7 @@ def load_checkpoint(
         prefix = f"optim/{name}/"
         for key, meta in stored.items():
             if key.startswith(prefix) and isinstance(meta, TensorStorageMetadata):
-                scalar = len(meta.size) == 0  # e.g. Adam's step: kept on the CPU
-                device = "cpu" if scalar else p.device
-                state[key] = torch.empty(meta.size, dtype=meta.properties.dtype, device=device)
+                state[key] = _slot_like(p, meta)
                 slots.append((p, key[len(prefix) :], key))
     with warnings.catch_warnings():  # DCP warns that a single process loads without a group
         warnings.simplefilter("ignore", UserWarning)

@@ -26,7 +26,8 @@ from hetplan.run import p2p
 from hetplan.run.gradsync import BucketSync, TieSync
 from hetplan.run.p2p import Template
 from hetplan.run.precision import LossScaler, autocast
-from hetplan.schedule.types import Action
+from hetplan.run.tensor_parallel import loss_context
+from hetplan.schedule.types import Action, res_devices
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,6 +89,7 @@ class Executor:
         ties: TieSync | None = None,
         scaler: LossScaler | None = None,
         recompute: bool = False,
+        sharded_logits: bool = False,
     ) -> None:
         self.module = module
         self.io = io
@@ -102,6 +104,8 @@ class Executor:
         self.ties = ties
         self.scaler = scaler or LossScaler(False)
         self.recompute = recompute
+        self.sharded_logits = sharded_logits
+        """The last stage's logits are split over its tensor-parallel group."""
         self.trace: list[tuple[str, int, int, int, float, float]] = []
         """This step's actions: (kind, stage, micro-batch, part, start, end)."""
         self.step_start = 0.0
@@ -167,8 +171,9 @@ class Executor:
     def _transfer(self, act: Action) -> str:
         io, st = self.io, self._s
         j = act.microbatch
-        if act.device == io.me:
-            if act.peer == io.next_device:  # activations forward
+        src, dst = _my_link(act, io.me)
+        if src == io.me:
+            if dst == io.next_device:  # activations forward
                 assert io.tout is not None and io.next_rank is not None
                 st.sends += p2p.send_values(st.outputs[j], io.tout, io.next_rank, j)
             else:  # gradients of this stage's inputs backward
@@ -176,7 +181,7 @@ class Executor:
                 st.sends += p2p.send_grads(st.in_grads.pop(j), io.tin, io.prev_rank, j)
             return "send"
         now = time.perf_counter()
-        if act.device == io.prev_device:
+        if src == io.prev_device:
             assert io.tin is not None and io.prev_rank is not None
             bufs, works = p2p.recv_values(io.tin, io.prev_rank, j, self.device)
             st.recv_in[j] = (bufs, works, now)
@@ -206,7 +211,7 @@ class Executor:
             args = p2p.assemble(io.tin, self._wait(st.recv_in.pop(j), io.stage - 1, j))
             st.inputs[j] = args
         start = time.perf_counter()
-        with autocast(self.device, self.dtype):
+        with autocast(self.device, self.dtype), loss_context(self.sharded_logits and io.last):
             out = self._call(j, args)
             if io.last:
                 y = self._target(j)
@@ -256,7 +261,8 @@ class Executor:
         start = time.perf_counter()
         out = st.outputs.pop(j)
         if io.last:
-            torch.autograd.backward(out.float() * self.scaler.scale)
+            with loss_context(self.sharded_logits):
+                torch.autograd.backward(out.float() * self.scaler.scale)
         else:
             assert io.tout is not None
             tensors = p2p.grad_tensors(out, io.tout)
@@ -298,6 +304,16 @@ class Executor:
         if self.scaler.unscale_and_check(params):
             self.optimizer.step()
         self.trace.append(("optimizer", self.io.stage, -1, -1, start, time.perf_counter()))
+
+
+def _my_link(act: Action, me: str) -> tuple[str, str]:
+    """(sender, receiver) of a send's link that ``me`` is an end of (a tensor-parallel
+    stage's send has one link per shard: shard t to shard t)."""
+    for res in act.resources:
+        ends = res_devices(res)
+        if res.startswith("link:") and me in ends:
+            return ends[0], ends[1]
+    return act.device, act.peer or ""
 
 
 def _now(device: str) -> float:

@@ -22,6 +22,7 @@ from torch import nn
 
 from hetplan.cost.comm_buckets import ddp_bucket_members, first_bucket
 from hetplan.run import p2p
+from hetplan.run.tensor_parallel import local
 
 Recorder = Callable[[str, int, float, float], None]
 """(kind, part, start, end): an executed action for the trace."""
@@ -37,7 +38,7 @@ class BucketSync:
         group: Any,
         record: Recorder,
     ) -> None:
-        sizes = [[p.numel() * p.element_size() for p in ps] for ps in layer_params]
+        sizes = [[local(p).numel() * p.element_size() for p in ps] for ps in layer_params]
         members = ddp_bucket_members(sizes, cap_bytes, first_bucket(cap_bytes))
         self.buckets: list[list[nn.Parameter]] = [
             [layer_params[layer][i] for layer, i in m] for m in members
@@ -103,9 +104,10 @@ class BucketSync:
 
 
 def _grad(p: nn.Parameter) -> torch.Tensor:
+    """The gradient's part on this rank (a tensor-parallel shard's local part)."""
     if p.grad is None:
         p.grad = torch.zeros_like(p)
-    return p.grad
+    return local(p.grad)
 
 
 TIE_TAG = 1 << 30  # tags of tied-weight messages, above every micro-batch tag
@@ -138,7 +140,7 @@ class TieSync:
             return _grad(self.module.get_parameter(name))
         if name not in self.grads:
             self.grads[name] = torch.zeros_like(self.module.get_parameter(name))
-        return self.grads[name]
+        return local(self.grads[name])
 
     def send_partials(self) -> None:
         """Non-owners: after the last backward, send the partial gradient to the owner."""

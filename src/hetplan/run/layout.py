@@ -1,9 +1,11 @@
-"""Which rank does what: the plan's devices in pipeline-then-stage order are ranks 0..W-1.
+"""Which rank does what: the plan's devices in pipeline, stage, then tensor-parallel order are
+ranks 0..W-1.
 
-Rank ``p * S + s`` runs stage ``s`` of pipeline ``p`` (S stages per pipeline), so that each
-pipeline's ranks are increasing with the stage (``torch.distributed.pipelining`` maps stage i
-to the i-th rank of its group) and each stage's data-parallel group holds one rank per
-pipeline.
+Rank ``(p * S + s) * T + t`` runs tensor-parallel shard ``t`` of stage ``s`` of pipeline ``p``
+(S stages per pipeline, T = ``plan.tp``), so that each pipeline's ranks increase with the
+stage (``torch.distributed.pipelining`` maps stage i to the i-th rank of its group), shard
+``t`` of a stage exchanges activations with shard ``t`` of the next, and each data-parallel
+group (one stage, one shard index) holds one rank per pipeline.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ class RankRole:
     """Samples per iteration of this rank's pipeline."""
     batch_offset: int
     """Index of the pipeline's first sample in the global batch."""
+    tp_rank: int = 0
+    """Shard index inside the stage's tensor-parallel group."""
+
+
+def rank_of(plan: Plan, pipeline: int, stage: int, tp_rank: int = 0) -> int:
+    return (pipeline * plan.num_stages + stage) * plan.tp + tp_rank
 
 
 def rank_roles(plan: Plan) -> list[RankRole]:
@@ -39,32 +47,47 @@ def rank_roles(plan: Plan) -> list[RankRole]:
     offset = 0
     for p, pipe in enumerate(plan.pipelines):
         for s, stage in enumerate(pipe.stages):
-            roles.append(
-                RankRole(
-                    rank=len(roles),
-                    pipeline=p,
-                    stage=s,
-                    num_stages=len(pipe.stages),
-                    device=stage.devices[0],
-                    layers=tuple(stage.layers),
-                    batch=pipe.batch,
-                    batch_offset=offset,
+            for t, device in enumerate(stage.devices):
+                roles.append(
+                    RankRole(
+                        rank=len(roles),
+                        pipeline=p,
+                        stage=s,
+                        num_stages=len(pipe.stages),
+                        device=device,
+                        layers=tuple(stage.layers),
+                        batch=pipe.batch,
+                        batch_offset=offset,
+                        tp_rank=t,
+                    )
                 )
-            )
         offset += pipe.batch
     return roles
 
 
-def pipeline_ranks(plan: Plan) -> list[list[int]]:
-    """Ranks of each pipeline, in stage order (the pipeline-parallel groups)."""
+def pipeline_ranks(plan: Plan, tp_rank: int = 0) -> list[list[int]]:
+    """Ranks of shard ``tp_rank`` of each pipeline, in stage order (the point-to-point
+    chains)."""
     s = plan.num_stages
-    return [[p * s + j for j in range(s)] for p in range(len(plan.pipelines))]
+    return [[rank_of(plan, p, j, tp_rank) for j in range(s)] for p in range(len(plan.pipelines))]
 
 
 def stage_ranks(plan: Plan) -> list[list[int]]:
-    """Ranks holding each stage, one per pipeline (the data-parallel groups)."""
-    s = plan.num_stages
-    return [[p * s + j for p in range(len(plan.pipelines))] for j in range(s)]
+    """Ranks holding each (stage, shard), one per pipeline (the data-parallel groups)."""
+    return [
+        [rank_of(plan, p, j, t) for p in range(len(plan.pipelines))]
+        for j in range(plan.num_stages)
+        for t in range(plan.tp)
+    ]
+
+
+def tp_ranks(plan: Plan) -> list[list[int]]:
+    """Ranks of each stage of each pipeline (the tensor-parallel groups)."""
+    return [
+        [rank_of(plan, p, j, t) for t in range(plan.tp)]
+        for p in range(len(plan.pipelines))
+        for j in range(plan.num_stages)
+    ]
 
 
 def check_executable(plan: Plan, layer_names: list[str]) -> None:
@@ -77,8 +100,11 @@ def check_executable(plan: Plan, layer_names: list[str]) -> None:
             f"strategy {plan.strategy} is not executable yet (see docs/run.md); "
             f"executable: {', '.join(EXECUTABLE)}"
         )
-    if plan.tp != 1:
-        raise InputError(f"tp: tensor parallelism (tp = {plan.tp}) is not executable yet")
+    if plan.tp != 1 and (plan.strategy in ("ps", "pipedream") or plan.sync == "wsp"):
+        raise InputError(
+            f"tp: tensor parallelism (tp = {plan.tp}) runs with dp, gpipe, 1f1b and hybrid "
+            f"(BSP), not with {plan.strategy}{' wsp' if plan.sync == 'wsp' else ''} yet"
+        )
     if plan.strategy not in ("dp", "ps"):
         _check_micro_batches(plan)
     if plan.strategy == "ps":

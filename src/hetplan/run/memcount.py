@@ -80,6 +80,7 @@ from types import TracebackType
 from typing import Any
 
 import torch
+from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -123,6 +124,8 @@ def _storage_of(t: torch.Tensor) -> Any | None:
     """The tensor's untyped storage, or None for tensors without real memory."""
     if t.layout != torch.strided or t.device.type == "meta":
         return None
+    if type(t) not in (torch.Tensor, nn.Parameter):
+        return None  # a wrapper subclass (DTensor, a pending collective's result): no storage
     try:
         return t.untyped_storage()
     except (RuntimeError, NotImplementedError):  # e.g. tensors without storage
@@ -143,6 +146,10 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[misc]
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
+        if any(t is not torch.Tensor and t is not nn.Parameter for t in types):
+            # A tensor subclass (DTensor): run as is; its local ops run below this mode and
+            # are not counted (tensor-parallel stages' figures leave them out, see docs).
+            return func(*args, **(kwargs or {}))
         counter = self._counter
         counter._collect()
         out = func(*args, **(kwargs or {}))

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from hetplan.run.memcount import step_peak_bytes
+from hetplan.run.tensor_parallel import local
 
 
 def _state_tensors(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -24,7 +25,7 @@ def _state_tensors(module: nn.Module, optimizer: torch.optim.Optimizer) -> list[
     out += [p.grad for p in module.parameters() if p.grad is not None]
     for state in optimizer.state.values():
         out += [v for v in state.values() if isinstance(v, torch.Tensor)]
-    return out
+    return [local(t) for t in out]  # a tensor-parallel shard holds its local part
 
 
 def measure_step_memory(

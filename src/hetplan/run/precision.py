@@ -48,7 +48,7 @@ class LossScaler:
         """Divide the gradients by the scale; True if every rank's are finite (then step)."""
         if not self.enabled:
             return True
-        grads = [p.grad for p in params if p.grad is not None]
+        grads = [_local(p.grad) for p in params if p.grad is not None]
         device = grads[0].device if grads else torch.device("cpu")
         bad = torch.zeros(1, device=device)  # on the rank's device: NCCL reduces no CPU tensor
         for g in grads:
@@ -64,3 +64,9 @@ class LossScaler:
         if self._good % GROWTH_INTERVAL == 0:
             self.scale *= GROWTH_FACTOR
         return True
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A tensor-parallel gradient's local part (in place operations reach the DTensor)."""
+    to_local = getattr(t, "to_local", None)
+    return t if to_local is None else to_local()  # type: ignore[no-any-return]

@@ -26,14 +26,16 @@ import torch.distributed as dist
 from torch import nn
 
 from hetplan.graph.split import SplitProgram, split_program, stage_state
+from hetplan.graph.tp_units import TpLayout
 from hetplan.plan.types import Plan
 from hetplan.run import p2p
 from hetplan.run.executor import StageIO
 from hetplan.run.gradsync import BucketSync, Recorder, TieSync
-from hetplan.run.layout import RankRole, pipeline_ranks, stage_ranks
+from hetplan.run.layout import RankRole, pipeline_ranks, stage_ranks, tp_ranks
 from hetplan.run.model import ModelSource, canonical_names
 from hetplan.run.precision import autocast
 from hetplan.run.program import device_actions, execution_schedule
+from hetplan.run.tensor_parallel import local, local_bytes, mesh_of, parallelize_stage
 from hetplan.run.window import WaveSync
 from hetplan.schedule.types import Action
 from hetplan.units import MiB
@@ -61,6 +63,13 @@ class Groups:
                 group = dist.new_group(ranks, timeout=timeout)
                 if rank in ranks:
                     self.stage = group
+        self.tp: Any = None
+        """The stage's tensor-parallel group (tp > 1)."""
+        if plan.tp > 1:
+            for ranks in tp_ranks(plan):
+                group = dist.new_group(ranks, timeout=timeout)
+                if rank in ranks:
+                    self.tp = group
 
 
 @dataclass(kw_only=True)
@@ -78,6 +87,8 @@ class RankSetup:
     """Bytes of parameters and buffers this rank materialised (the rest stayed on meta)."""
     tensor_bytes: list[list[list[int]]]
     """Per stage and layer, the gradient tensors' bytes (the schedule's bucket structure)."""
+    sharded_logits: bool = False
+    """The stage computes vocabulary-split logits: its loss runs under ``loss_parallel()``."""
 
     def window_actions(self, plan: Plan, steps: int) -> list[Action]:
         """This rank's actions for ``steps`` iterations of a windowed plan."""
@@ -119,9 +130,15 @@ def owned_params(
 
 
 def setup_rank(
-    plan: Plan, role: RankRole, source: ModelSource, seed: int, device: str
+    plan: Plan,
+    role: RankRole,
+    source: ModelSource,
+    seed: int,
+    device: str,
+    tp: tuple[TpLayout, Any] | None = None,
 ) -> RankSetup:
-    """Build the rank's stage and actions (no communication yet)."""
+    """Build the rank's stage and actions; ``tp``: the tensor-parallel layout and the stage's
+    group, to split the stage over it (no other communication)."""
     stages = stage_layers(plan, role.pipeline)
     meta = source.build_meta()
     meta_split = split_program(meta, stages)
@@ -129,11 +146,20 @@ def setup_rank(
     root = source.build_part(seed, device, names)
     split = split_program(root, stages)
     module = split.stages[role.stage].module.train()
+    sharded_logits = False
+    layout = None
+    if tp is not None:
+        layout = tp[0]
+        sharded_logits = parallelize_stage(root, stages[role.stage], layout, mesh_of(tp[1], device))
     reads = [stage_state(meta, st.state_names) for st in meta_split.stages]
     owned = owned_params(meta, stages, reads)
     sizes = [
-        [[meta.get_parameter(n).numel() * 4 for n in layer] for layer in st] for st in owned
-    ]  # 4 B: gradients of fp32 master weights, whatever the autocast dtype
+        [
+            [local_bytes(n, meta.get_parameter(n).numel(), 4, layout, plan.tp) for n in layer]
+            for layer in st
+        ]
+        for st in owned
+    ]  # fmt: skip  (4 B: gradients of fp32 master weights, whatever the autocast dtype)
     schedule = execution_schedule(plan, sizes)
     actions = device_actions(schedule, role.device)
     layer_params = [[module.get_parameter(n) for n in layer] for layer in owned[role.stage]]
@@ -147,13 +173,14 @@ def setup_rank(
         canonical=canonical_names(meta),
         held_bytes=held_bytes(root),
         tensor_bytes=sizes,
+        sharded_logits=sharded_logits,
     )
 
 
 def held_bytes(model: nn.Module) -> int:
     """Bytes of the model's real (not meta) parameters and buffers, each storage once."""
     seen: dict[tuple[str, int], int] = {}
-    for t in [*model.parameters(), *model.buffers()]:
+    for t in [local(x) for x in (*model.parameters(), *model.buffers())]:
         if not t.is_meta:
             storage = t.untyped_storage()
             seen[(str(t.device), storage.data_ptr())] = storage.nbytes()
@@ -161,24 +188,24 @@ def held_bytes(model: nn.Module) -> int:
 
 
 def _io(plan: Plan, role: RankRole) -> StageIO:
-    ranks = pipeline_ranks(plan)[role.pipeline]
+    ranks = pipeline_ranks(plan, role.tp_rank)[role.pipeline]
     devs = plan.pipelines[role.pipeline].stages
-    s = role.stage
+    s, t = role.stage, role.tp_rank
     return StageIO(
         me=role.device,
         stage=s,
         num_stages=role.num_stages,
         prev_rank=ranks[s - 1] if s > 0 else None,
         next_rank=ranks[s + 1] if s + 1 < role.num_stages else None,
-        prev_device=devs[s - 1].devices[0] if s > 0 else None,
-        next_device=devs[s + 1].devices[0] if s + 1 < role.num_stages else None,
+        prev_device=devs[s - 1].devices[t] if s > 0 else None,
+        next_device=devs[s + 1].devices[t] if s + 1 < role.num_stages else None,
         tin=None,
         tout=None,
     )
 
 
 def _ties(plan: Plan, role: RankRole, split: SplitProgram, module: nn.Module) -> TieSync | None:
-    ranks = pipeline_ranks(plan)[role.pipeline]
+    ranks = pipeline_ranks(plan, role.tp_rank)[role.pipeline]
     entries = []
     for i, where in enumerate(split.tie_names):
         if role.stage not in where:

@@ -10,6 +10,7 @@ from typing import Any
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.graph.split import split_program
+from hetplan.graph.tp_units import TpLayout
 from hetplan.plan.types import Plan
 from hetplan.run.checkpoint import find_checkpoint, read_info
 from hetplan.run.data import canonical_ref, load_data
@@ -20,6 +21,7 @@ from hetplan.run.measure import Measurement, summarize
 from hetplan.run.model import ModelSource, layer_names, source_for
 from hetplan.run.placement import check_local_devices, rank_devices
 from hetplan.run.steplog import StepLogWriter
+from hetplan.run.tensor_parallel import layout_for
 from hetplan.run.trial import StopRule
 
 ENTRY = "hetplan.run.worker:train_rank"
@@ -28,14 +30,21 @@ GATHER_ENTRY = "hetplan.run.worker:train_and_gather"
 
 def check_plan(
     plan: Plan, cluster: Cluster | None, source: ModelSource, *, nodes: bool = False
-) -> None:
+) -> TpLayout | None:
     """InputError if the plan cannot be executed here (strategy, layers, devices; one node
-    unless ``nodes``: a run with one command per node)."""
-    check_executable(plan, layer_names(source, plan.model.depth or 1))
+    unless ``nodes``: a run with one command per node); the tensor-parallel layout if tp > 1
+    (found and checked in this process, handed to every rank)."""
+    names = layer_names(source, plan.model.depth or 1)
+    check_executable(plan, names)
     if plan.num_stages > 1:  # the cut must be possible before any process starts
         split_program(source.build_meta(), [list(st.layers) for st in plan.pipelines[0].stages])
-    if cluster is None:
-        return
+    layout = layout_for(plan, source.build(0, "cpu"), names) if plan.tp > 1 else None
+    if cluster is not None:
+        _check_devices(plan, cluster, nodes)
+    return layout
+
+
+def _check_devices(plan: Plan, cluster: Cluster, nodes: bool) -> None:
     for dev in plan.devices:
         cluster.device(dev)  # InputError for an unknown id
     spans = {cluster.device(d).node for d in plan.devices}
@@ -137,7 +146,7 @@ def run_plan(
     """
     src = source if source is not None else source_for(plan.model)
     train = training or Training()
-    check_plan(plan, cluster, src)
+    layout = check_plan(plan, cluster, src)
     if steps < 1 or warmup < 0:
         raise InputError(f"steps ({steps}) must be >= 1 and warmup ({warmup}) >= 0")
     if timeout_s <= 0:
@@ -145,7 +154,8 @@ def run_plan(
     resume = check_training(plan, train)
     cpus = [cluster.device(d).cpus for d in plan.devices] if cluster is not None else None
     payload = _payload(plan, src, steps, warmup, seed, train, resume) | {
-        "return_grads": return_grads
+        "return_grads": return_grads,
+        "tp_layout": layout,
     }
     devices = None
     if cluster is not None:
@@ -213,7 +223,7 @@ def run_node(
     ``rdzv_timeout_s`` bounds the wait for the other nodes to start."""
     src = source_for(plan.model)
     train = training or Training()
-    check_plan(plan, cluster, src, nodes=True)
+    layout = check_plan(plan, cluster, src, nodes=True)
     if steps < 1 or warmup < 0:
         raise InputError(f"steps ({steps}) must be >= 1 and warmup ({warmup}) >= 0")
     resume = check_training(plan, train)
@@ -222,7 +232,7 @@ def run_node(
     values = launch_node(
         GATHER_ENTRY,
         node,
-        payload=_payload(plan, src, steps, warmup, seed, train, resume),
+        payload=_payload(plan, src, steps, warmup, seed, train, resume) | {"tp_layout": layout},
         cpus=[cluster.device(d).cpus for d in plan.devices],
         timeout_s=timeout_s,
         rdzv_timeout_s=rdzv_timeout_s,

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from hetplan.plan.types import Plan
 from hetplan.run import p2p
@@ -85,7 +86,8 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     p2p.configure(ctx.via_host or bool(payload.get("p2p_via_host")))
     timeout_s = float(payload.get("collective_timeout_s", COLLECTIVE_TIMEOUT_S))
     groups = Groups(plan, ctx.rank, ctx.world_size, timeout_s)
-    setup = setup_rank(plan, role, source, seed, ctx.device)
+    tp = (payload["tp_layout"], groups.tp) if plan.tp > 1 else None
+    setup = setup_rank(plan, role, source, seed, ctx.device, tp)
     if setup.ties is not None:
         setup.ties.group = groups.ties
     module = setup.module
@@ -128,27 +130,40 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
         "ties": setup.ties,
         "scaler": scaler,
         "recompute": plan.recompute,
+        "sharded_logits": setup.sharded_logits,
     }
-    executor: Executor
+    executor = _executor(plan, payload, ctx, role, setup, groups, feed, hosts, common)
+    loop = _Loop(ctx, payload, plan, role, setup, groups, feed, executor, start)
+    return loop.run()
+
+
+def _executor(
+    plan: Plan,
+    payload: dict[str, Any],
+    ctx: RankContext,
+    role: RankRole,
+    setup: RankSetup,
+    groups: Groups,
+    feed: Feed,
+    hosts: dict[int, list[nn.Parameter]],
+    common: dict[str, Any],
+) -> Executor:
+    """The executor of the plan's family."""
     if is_windowed(plan):
         window = WindowExecutor(
             window_actions=functools.partial(setup.window_actions, plan), **common
         )
         window.wave = wave_sync(setup, plan, groups, window.record_collective)
         window.fetch = functools.partial(_read, feed, role, ctx.device)
-        executor = window
-    elif plan.strategy == "ps" and plan.ps_async:
-        executor = _async_ps(plan, payload, ctx, groups, hosts, setup.actions, common)
-    elif plan.strategy == "ps":
+        return window
+    if plan.strategy == "ps" and plan.ps_async:
+        return _async_ps(plan, payload, ctx, groups, hosts, setup.actions, common)
+    if plan.strategy == "ps":
         group = groups.stage if groups.stage is not None else groups.world
-        executor = PsExecutor(
-            hosts=hosts, rank=ctx.rank, group=group, actions=setup.actions, **common
-        )
-    else:
-        executor = Executor(actions=setup.actions, **common)
-        executor.sync = bucket_sync(setup, plan, groups, executor.record_collective)
-    loop = _Loop(ctx, payload, plan, role, setup, groups, feed, executor, start)
-    return loop.run()
+        return PsExecutor(hosts=hosts, rank=ctx.rank, group=group, actions=setup.actions, **common)
+    executor = Executor(actions=setup.actions, **common)
+    executor.sync = bucket_sync(setup, plan, groups, executor.record_collective)
+    return executor
 
 
 def _async_ps(
@@ -248,22 +263,13 @@ class _Loop:
         for i in range(self.total):
             step = self.start.step + i
             torch.manual_seed(step_seed(self.seed, step, role.pipeline, role.stage))
-            x, y = None, None
-            if isinstance(ex, WindowExecutor):
-                if ex.window_done:
-                    ex.begin_window(step, self._window(i))
-            else:
-                x, y = _read(self.feed, role, self.ctx.device, step)
             before = self.meter.read_j() if self.meter else 0.0
-            if i == 0:  # memory is counted on the first step (counting slows it down)
-                self.out["peak_memory_bytes"], self.out["memory_source"] = measure_step_memory(
-                    self.ctx.device, functools.partial(ex.step, x, y), ex.module, ex.optimizer
-                )
-            else:
-                ex.step(x, y)
+            self._step(i, step)
             if self.meter:
                 self.out["energy_j"].append(self.meter.read_j() - before)
             _record_step(self.out, ex)
+            if role.tp_rank:  # the loss is replicated over the stage's shards: count it once
+                self.out["loss"][-1] = None
             if i == 0 and self.payload.get("return_grads"):
                 self.out["grads"] = self._grads()
             self._log(step, i)
@@ -280,6 +286,22 @@ class _Loop:
             self.log.close()
         return self.out
 
+    def _step(self, i: int, step: int) -> None:
+        """Run loop step ``i`` (global ``step``); the first one counts memory."""
+        ex = self.executor
+        x, y = None, None
+        if isinstance(ex, WindowExecutor):
+            if ex.window_done:
+                ex.begin_window(step, self._window(i))
+        else:
+            x, y = _read(self.feed, self.role, self.ctx.device, step)
+        if i == 0:  # memory is counted on the first step (counting slows it down)
+            self.out["peak_memory_bytes"], self.out["memory_source"] = measure_step_memory(
+                self.ctx.device, functools.partial(ex.step, x, y), ex.module, ex.optimizer
+            )
+        else:
+            ex.step(x, y)
+
     def _window(self, i: int) -> int:
         """Steps of the window starting at loop step ``i``: up to the next checkpoint, the
         next trial decision or the end, where the pipeline must be drained."""
@@ -293,7 +315,7 @@ class _Loop:
     def _grads(self) -> dict[str, torch.Tensor]:
         module, canonical = self.executor.module, self.setup.canonical
         return {
-            canonical.get(name, name): p.grad.detach().cpu().clone()
+            canonical.get(name, name): _full(p.grad).detach().cpu().clone()
             for name, p in module.named_parameters()
             if p.grad is not None
         }
@@ -301,7 +323,7 @@ class _Loop:
     def _log(self, step: int, i: int) -> None:
         if self.log is None:
             return
-        last = self.role.stage == self.role.num_stages - 1
+        last = self.role.stage == self.role.num_stages - 1 and self.role.tp_rank == 0
         self.log.write(
             {
                 "step": step,
@@ -356,6 +378,11 @@ class _Loop:
         if why is not None:
             self.out["stopped"] = why
         return why is not None
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """The whole tensor (a tensor-parallel shard gathered over its group: collective)."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
 
 
 def _meter(ctx: RankContext) -> tuple[EnergyMeter | None, str]:

@@ -1,4 +1,5 @@
-"""GPT-2 style decoder (nanoGPT layout; Radford et al. 2019), tied token embeddings.
+"""GPT-2 style decoder (nanoGPT layout with separate q/k/v projections; Radford et al. 2019),
+tied token embeddings.
 
 Top level: ``embed`` (token + position embeddings + dropout), ``block0``..``block{L-1}``,
 ``head`` (final layer norm + language-model head). ``forward`` returns logits (B, T, V); the
@@ -48,18 +49,32 @@ INIT_STD = 0.02
 
 
 class CausalSelfAttention(nn.Module):  # type: ignore[misc]
+    """Multi-head causal self-attention with separate ``q``, ``k`` and ``v`` projections.
+
+    The projections are three Linears, not one fused ``3 * hidden`` Linear, and the forward
+    takes the head count from the projections' output width (``head_dim`` is fixed): a module
+    whose Linears are split Megatron-style (``q``/``k``/``v`` by output features, ``c_proj`` by
+    input features, :mod:`hetplan.graph.tp_units`) then runs its local ``hidden / tp /
+    head_dim`` heads unchanged. Same FLOPs and parameters as the fused projection.
+    """
+
     def __init__(self, cfg: TransformerConfig) -> None:
         super().__init__()
         self.heads = cfg.heads
-        self.c_attn = nn.Linear(cfg.hidden, 3 * cfg.hidden)
+        self.head_dim = cfg.hidden // cfg.heads
+        self.q = nn.Linear(cfg.hidden, cfg.hidden)
+        self.k = nn.Linear(cfg.hidden, cfg.hidden)
+        self.v = nn.Linear(cfg.hidden, cfg.hidden)
         self.c_proj = nn.Linear(cfg.hidden, cfg.hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.c_attn(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        b, t, _ = x.shape
+        q, k, v = (
+            proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)
+            for proj in (self.q, self.k, self.v)
+        )
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        out: torch.Tensor = self.c_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        out: torch.Tensor = self.c_proj(y.transpose(1, 2).reshape(b, t, -1))
         return out
 
 
