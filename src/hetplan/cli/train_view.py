@@ -11,6 +11,7 @@ from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
 from hetplan.cli.output import console
+from hetplan.plan.staleness import is_asynchronous, staleness_text
 from hetplan.report.charts import Bar, gantt_chart
 from hetplan.run.layout import rank_roles
 from hetplan.run.measure import Measurement, memory_error
@@ -59,6 +60,11 @@ def print_report(
         )
     else:
         console.print(f"no prediction: {m.prediction_source}")
+    if is_asynchronous(m.plan):
+        console.print(
+            f"asynchronous ({staleness_text(m.plan)}): the weights may be stale; iteration time "
+            "is measured and predicted, the iterations needed to converge are not"
+        )
     table = Table(box=SIMPLE_HEAD)
     heads = ("rank", "device", "p.s", "step", "fwd", "bwd", "opt", "wait", "peak mem", "pred mem")
     for col in heads:
