@@ -118,7 +118,8 @@ def test_asynchronous_variants_run(
     data = json.loads(plan.read_text())
     plan.write_text(json.dumps({**data, **edit}))
     args = ["train", str(plan), "--cluster", str(cluster), "--steps", "3", "--warmup", "1"]
-    code, out, err = _run([*args, "--json"], capsys)
+    code, out, err = _run([*args, "--out", str(tmp_path / "m.json")], capsys)
     assert code == 0, err
-    losses = json.loads(out)["losses"]
+    assert "asynchronous (" in out and "the iterations needed to converge are not" in out
+    losses = json.loads((tmp_path / "m.json").read_text())["loss"]
     assert len(losses) == 4 and all(x > 0 for x in losses)  # warm-up step included
