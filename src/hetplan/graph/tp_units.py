@@ -207,26 +207,24 @@ def _linears_back(
 ) -> list[fx.Node]:
     """Linear calls that the ``start`` nodes are computed from through ``through`` nodes only
     (a start node itself if it is one), in the order first reached."""
-    found: list[fx.Node] = []
-    seen: set[fx.Node] = set()
-    todo = list(start)[::-1]
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if g.linear(n) is not None:
-            found.append(n)
-        elif through(n):
-            todo.extend(reversed(n.all_input_nodes))
-    return found
+    return _walk(g, list(start)[::-1], through, lambda n: reversed(n.all_input_nodes))
 
 
 def _linears_fwd(g: _Graph, node: fx.Node, through: Callable[[fx.Node], bool]) -> list[fx.Node]:
     """Linear calls fed by ``node`` through ``through`` nodes only."""
+    return _walk(g, list(node.users), through, lambda n: n.users)
+
+
+def _walk(
+    g: _Graph,
+    todo: list[fx.Node],
+    through: Callable[[fx.Node], bool],
+    step: Callable[[fx.Node], Iterable[fx.Node]],
+) -> list[fx.Node]:
+    """Depth-first from ``todo`` along ``step``, stopping at Linear calls (collected) and at
+    nodes ``through`` rejects."""
     found: list[fx.Node] = []
     seen: set[fx.Node] = set()
-    todo = list(node.users)
     while todo:
         n = todo.pop()
         if n in seen:
@@ -235,7 +233,7 @@ def _linears_fwd(g: _Graph, node: fx.Node, through: Callable[[fx.Node], bool]) -
         if g.linear(n) is not None:
             found.append(n)
         elif through(n):
-            todo.extend(n.users)
+            todo.extend(step(n))
     return found
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,8 +25,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hetplan.run.executor import Executor
-from hetplan.schedule.types import Action
+from hetplan.run.ps import PsExecutor
 
 PUSH_TAG = 71  # gloo tags of the server's messages (their own process groups)
 PULL_TAG = 72
@@ -128,7 +126,7 @@ class AsyncServer:
                 dist.send(reply, w, group=self.down, tag=PULL_TAG)
 
 
-class AsyncPsExecutor(Executor):
+class AsyncPsExecutor(PsExecutor):
     """A worker of an asynchronous parameter server (and the server of its hosted shards)."""
 
     def __init__(
@@ -140,9 +138,7 @@ class AsyncPsExecutor(Executor):
         server: AsyncServer | None,
         **kw: Any,
     ) -> None:
-        super().__init__(**kw)
-        self.hosts = hosts
-        self.rank = rank
+        super().__init__(hosts=hosts, rank=rank, group=None, **kw)
         self.up, self.down = groups
         self.server = server
         self.iteration = 0
@@ -151,24 +147,9 @@ class AsyncPsExecutor(Executor):
         self._sends: list[Any] = []
 
     def step(self, x: torch.Tensor | None, y: torch.Tensor | None) -> float | None:
-        for p in self.module.parameters():
-            p.grad = None
         loss = super().step(x, y)
         self.iteration += 1
         return loss
-
-    def _run(self, act: Action) -> None:
-        start = time.perf_counter()
-        if act.kind == "ps_push":
-            self._push()
-        elif act.kind == "ps_pull":
-            self._pull()
-        elif act.kind == "optimizer":
-            pass  # the servers step; the pull brought the weights
-        else:
-            super()._run(act)
-            return
-        self._record(act.kind, act, start, time.perf_counter())
 
     def _send(self, host: int, flat: torch.Tensor) -> None:
         if host == self.rank:
