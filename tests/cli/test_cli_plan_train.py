@@ -54,9 +54,9 @@ def _plan_then_train(
     assert code == 0, err
     data: dict[str, Any] = json.loads(out)
     assert len(data["losses"]) == 1 and data["losses"][0] > 0
-    assert len(data["ranks"]) == len(json.loads(plan.read_text())["pipelines"]) * len(
-        json.loads(plan.read_text())["pipelines"][0]["stages"]
-    )
+    pipes = json.loads(plan.read_text())["pipelines"]
+    # One rank per device of every stage (a tensor-parallel stage has tp devices).
+    assert len(data["ranks"]) == sum(len(s["devices"]) for p in pipes for s in p["stages"])
     assert Path(data["trace_chart"]).is_file()
     return data
 

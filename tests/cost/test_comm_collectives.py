@@ -18,7 +18,6 @@ from hetplan.cost.comm import (
     ring_allreduce_time_links,
     ring_links,
     ring_tree_crossover_bytes,
-    tp_block_comm_time,
     transfer_time,
     tree_allreduce_time,
 )
@@ -110,17 +109,6 @@ def test_ring_links_share_nic_when_ring_interleaves_nodes(make_cluster) -> None:
     interleaved = ring_links(["n0.0", "n1.0", "n0.1", "n1.1"], cluster)
     # Two ring edges leave each node through one NIC: half its bandwidth each.
     assert [link.bandwidth for link in interleaved] == [5e8] * 4
-
-
-def test_tp_block_is_two_allreduces_per_pass(make_cluster) -> None:
-    cluster = make_cluster([2], overhead=2e-5)
-    devices = ["n0.0", "n0.1"]
-    one = allreduce_time(1e7, devices, cluster)
-    assert tp_block_comm_time(1e7, devices, cluster, passes="fwd") == pytest.approx(2 * one)
-    assert tp_block_comm_time(1e7, devices, cluster, passes="both") == pytest.approx(4 * one)
-    assert tp_block_comm_time(1e7, ["n0.0"], cluster, passes="both") == 0.0
-    with pytest.raises(ValueError, match="passes"):
-        tp_block_comm_time(1e7, devices, cluster, passes="up")
 
 
 def test_unknown_algorithm_rejected(make_cluster) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from hetplan.cost.memory import (
@@ -58,8 +60,13 @@ def test_recompute_stash_buffers_framework() -> None:
     assert m.total == 6000 * 2 + 6000 + 840 + 12000 + 777 + 1000
 
 
+def split(info: LayerInfo) -> LayerInfo:
+    """``info`` as a layer tensor parallelism splits (one unit, 4 heads)."""
+    return dataclasses.replace(info, tp_units=1, tp_split=4, tp_tokens=1, tp_hidden=1)
+
+
 def test_tensor_parallel_and_mixed_precision() -> None:
-    half = [layer("a", 1000, 2000, 100), layer("b", 500, 1000, 50)]
+    half = [split(layer("a", 1000, 2000, 100)), split(layer("b", 500, 1000, 50))]
     m = stage_memory(
         half, micro_batch=2, in_flight=1, optimizer="adam", dtype="bf16", tp=2, framework_bytes=0
     )
@@ -69,6 +76,17 @@ def test_tensor_parallel_and_mixed_precision() -> None:
     assert m.optimizer == 750 * 8
     assert m.cast_cache == 0
     assert m.activations == 150 * 2 / 2
+
+
+def test_tensor_parallel_holds_replicated_layers_whole() -> None:
+    # "a" splits at tp=2 (its 4 heads divide), "b" has no unit: every rank holds it whole.
+    mixed = [split(layer("a", 1000, 4000, 100)), layer("b", 500, 2000, 50)]
+    m = stage_memory(mixed, micro_batch=2, in_flight=1, optimizer="sgd", tp=2, framework_bytes=0)
+    assert m.weights == m.grads == 4000 / 2 + 2000
+    assert m.activations == (100 / 2 + 50) * 2
+    # At tp=8 the 4 heads do not divide: "a" is replicated too.
+    m8 = stage_memory(mixed, micro_batch=2, in_flight=1, optimizer="sgd", tp=8, framework_bytes=0)
+    assert m8.weights == 6000
     sgd = stage_memory(TOY, micro_batch=1, in_flight=1, optimizer="sgd", framework_bytes=0)
     assert sgd.optimizer == 0
 

@@ -110,8 +110,10 @@ def test_layers_without_matmul_flops_get_no_cast_copy() -> None:
 
 def test_tensor_parallel_stash_and_buckets_in_mixed_precision() -> None:
     g = two_layers("bf16")
+    # Both layers as tensor parallelism splits them (one unit each, 2 heads).
+    split = [dataclasses.replace(x, tp_units=1, tp_split=2) for x in g.layers]
     m = stage_memory(
-        g.layers,
+        split,
         micro_batch=2,
         in_flight=3,
         optimizer="momentum",

@@ -34,6 +34,9 @@ def test_a_zoo_graph_is_stored_and_read_back_unchanged(
 
     monkeypatch.setattr(extract_mod, "_graph_of_built", no_tracing)
     assert build_graph("gpt-tiny") == first
+    # The tensor-parallel structure (LayerInfo.tp_*) survives the round trip.
+    assert [x.tp_units for x in first.layers] == [0, 2, 2, 2, 2, 0]
+    assert first.layers[-1].tp_vocab == "head"
 
 
 def test_every_key_part_changes_the_key() -> None:

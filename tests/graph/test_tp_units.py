@@ -20,6 +20,7 @@ from hetplan.graph.tp_units import (
     check_tp_units,
     find_tp_units,
     find_vocab_pair,
+    split_count,
     tp_layout,
 )
 
@@ -319,3 +320,28 @@ def test_the_check_is_deterministic() -> None:
     model = _model(LlamaBlock(LlamaAttention(literal_heads=True)))
     units = find_tp_units(model, ["0"])
     assert check_tp_units(model, units, 2) == check_tp_units(model, units, 2)
+
+
+# --- what a degree must divide (structure only) -------------------------------------------------
+
+
+def test_split_count_is_heads_for_attention_and_width_for_mlps() -> None:
+    gpt = _zoo("gpt-tiny")
+    attn, mlp = _gpt_units(0)
+    assert split_count(gpt, attn) == 4  # view(b, t, -1, head_dim): 128 / 32 heads
+    assert split_count(gpt, mlp) == 512
+    llama = _model(LlamaBlock())
+    att, ffn = find_tp_units(llama, ["0"])
+    assert split_count(llama, att) == HEADS  # view(b, t, n_heads, head_dim)
+    assert split_count(llama, ffn) == 172
+    literal = _model(LlamaBlock(LlamaAttention(literal_heads=True)))
+    assert split_count(literal, find_tp_units(literal, ["0"])[0]) == HEADS  # view(b, t, 4, -1)
+    fused = _model(FusedAttention())
+    assert split_count(fused, find_tp_units(fused, ["0"])[0]) == 0  # never split
+
+
+def test_split_count_works_on_meta() -> None:
+    built = resolve_model("gpt-tiny", None)
+    with torch.device("meta"):
+        meta = build_on_meta(built.factory)
+    assert [split_count(meta, u) for u in find_tp_units(meta, ["block0"])] == [4, 512]

@@ -32,7 +32,9 @@ def _tp(family: str, stages: int, tp: int = 2, optimizer: str = "momentum") -> P
     return dataclasses.replace(plan, pipelines=pipes, tp=tp)
 
 
-@pytest.mark.parametrize(("family", "stages"), [("1f1b", 2), ("dp", 1), ("gpipe", 1), ("hybrid", 2)])
+@pytest.mark.parametrize(
+    ("family", "stages"), [("1f1b", 2), ("dp", 1), ("gpipe", 1), ("hybrid", 2)]
+)
 def test_tensor_parallel_trains_the_same_network(family: str, stages: int) -> None:
     check_same_training(_tp(family, stages), "gpt-tiny")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from hetplan.bench.suite import EXECUTABLE_FAMILIES, SUITE_STALENESS, micro_batches
+from hetplan.bench.suite import EXECUTABLE_FAMILIES, SUITE_STALENESS, TP_DEGREE, micro_batches
 from hetplan.cluster import Cluster
 from hetplan.cost.types import ComputeModel
 from hetplan.errors import InputError
@@ -34,6 +34,11 @@ def fixed_plan(
             ps_devices=[d.id for d in cluster.devices], ps_async=asynchronous,
             staleness=SUITE_STALENESS if asynchronous else 0,
         )  # fmt: skip
+    if strategy == "tp":
+        return plan_from_options(
+            graph, cluster, model=ref, strategy="dp", batch=batch, dp=n // TP_DEGREE,
+            tp=TP_DEGREE,
+        )  # fmt: skip
     if strategy in ("hybrid", "wsp"):
         pp = n // 2
         m = micro_batches(batch // 2, pp)
@@ -56,8 +61,9 @@ def plan_label(plan: Plan) -> str:
     sizes = [len(s.layers) for s in pipe.stages]
     bounds = "/".join(str(x) for x in sizes)
     batches = "+".join(str(p.batch) for p in plan.pipelines)
+    tp = f" tp{plan.tp}" if plan.tp > 1 else ""
     if plan.strategy == "dp":
-        return f"dp x{len(plan.pipelines)} b={batches}"
+        return f"dp x{len(plan.pipelines)}{tp} b={batches}"
     if plan.strategy == "ps":
         mode = f"async s={plan.staleness}" if plan.ps_async else "sync"
         return f"ps x{len(plan.pipelines)} {mode} b={batches}"
@@ -67,7 +73,7 @@ def plan_label(plan: Plan) -> str:
             f"m={plan.micro_batches} layers {bounds} b={batches}"
         )
     return (
-        f"{plan.strategy} {len(plan.pipelines)}x{len(pipe.stages)} m={plan.micro_batches} "
+        f"{plan.strategy} {len(plan.pipelines)}x{len(pipe.stages)}{tp} m={plan.micro_batches} "
         f"layers {bounds} b={batches}"
     )
 

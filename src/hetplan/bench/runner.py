@@ -8,7 +8,14 @@ from pathlib import Path
 
 from hetplan.bench.machine import machine_info
 from hetplan.bench.plans import fixed_plan, plan_label, planner_pick
-from hetplan.bench.suite import HETEROGENEOUS, BenchModel, SuiteConfig, cluster_path, strategies
+from hetplan.bench.suite import (
+    HETEROGENEOUS,
+    TP_DEGREE,
+    BenchModel,
+    SuiteConfig,
+    cluster_path,
+    strategies,
+)
 from hetplan.bench.types import (
     PLANNER,
     CaseResult,
@@ -114,7 +121,10 @@ def _run_cluster(
     say: Progress,
 ) -> None:
     name = cluster.name or "cluster"
-    for strategy in strategies(len(cluster.devices)):
+    tensor_parallel = any(
+        layer.tp_split % TP_DEGREE == 0 and layer.tp_split for layer in graph.layers
+    )
+    for strategy in strategies(len(cluster.devices), tensor_parallel):
         if config.only is not None and strategy not in config.only:
             continue
         plan = fixed_plan(strategy, graph, cluster, ref, model.batch)

@@ -25,7 +25,10 @@ EXECUTABLE_FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
 ASYNC_VARIANTS = ("ps-async", "wsp")
 """Run as fixed strategies, since the planner does not propose them: an asynchronous
 parameter server and HetPipe's wave-synchronous hybrid, both with bound ``SUITE_STALENESS``."""
-BENCH_STRATEGIES = (*EXECUTABLE_FAMILIES, *ASYNC_VARIANTS)
+BENCH_STRATEGIES = (*EXECUTABLE_FAMILIES, *ASYNC_VARIANTS, "tp")
+TP_DEGREE = 2
+"""The fixed tensor-parallel case: data parallel over groups of ``TP_DEGREE`` devices."""
+TP_MIN_RANKS = 2 * TP_DEGREE
 SUITE_STALENESS = 1  # iterations (ps-async) / waves (wsp)
 MICRO_BATCHES_PER_STAGE = 2
 """Micro-batches per pipeline stage of the fixed strategies: enough to fill a 2-4 stage
@@ -106,11 +109,14 @@ def cluster_path(name: str, directory: Path | None) -> Path:
     return path
 
 
-def strategies(ranks: int) -> list[str]:
-    """Fixed strategies run on a cluster of ``ranks`` (plus the planner's pick)."""
+def strategies(ranks: int, tensor_parallel: bool = False) -> list[str]:
+    """Fixed strategies run on a cluster of ``ranks`` (plus the planner's pick);
+    ``tensor_parallel``: the model has layers tensor parallelism splits."""
     out = ["dp", "ps", "ps-async", *PIPELINES, "pipedream"]
     if ranks >= HYBRID_MIN_RANKS:
         out += ["hybrid", "wsp"]
+    if tensor_parallel and ranks >= TP_MIN_RANKS:
+        out.append("tp")
     return out
 
 

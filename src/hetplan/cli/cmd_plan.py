@@ -196,8 +196,8 @@ def plan_cmd(
         bool,
         typer.Option(
             "--what-if",
-            help="Also rank tensor-parallel plans, which train cannot run yet: priced and "
-            "simulated only.",
+            help="Also rank plans train cannot run (e.g. micro-batches that do not divide a "
+            "replica's batch): priced and simulated only.",
         ),
     ] = False,
     sync_only: SyncOnlyOpt = False,

@@ -1,8 +1,8 @@
 """Communication cost models: one import point for collectives, bucketing and PS.
 
-The implementations live in :mod:`comm_collectives` (p2p, ring/tree/hierarchical allreduce,
-tensor parallelism), :mod:`comm_buckets` (DDP buckets, Horovod fusion, overlap with
-backward) and :mod:`comm_ps` (parameter servers).
+The implementations live in :mod:`comm_collectives` (p2p, ring/tree/hierarchical allreduce),
+:mod:`comm_buckets` (DDP buckets, Horovod fusion, overlap with backward) and :mod:`comm_ps`
+(parameter servers). Tensor parallelism's all-reduces are in :mod:`hetplan.cost.tp`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from hetplan.cost.comm_buckets import (
 )
 from hetplan.cost.comm_collectives import (
     ALGORITHMS,
-    TP_ALLREDUCES_PER_BLOCK_PER_PASS,
     allreduce_time,
     gpipe_comm_time,
     hierarchical_allreduce_time,
@@ -31,7 +30,6 @@ from hetplan.cost.comm_collectives import (
     ring_allreduce_time_links,
     ring_links,
     ring_tree_crossover_bytes,
-    tp_block_comm_time,
     transfer_time,
     tree_allreduce_time,
 )
@@ -53,7 +51,6 @@ __all__ = [
     "HOROVOD_FUSION_THRESHOLD_BYTES",
     "POLICIES",
     "SERIALIZE_BANDWIDTH",
-    "TP_ALLREDUCES_PER_BLOCK_PER_PASS",
     "GradBucket",
     "PsTiming",
     "allreduce_time",
@@ -72,7 +69,6 @@ __all__ = [
     "ring_allreduce_time_links",
     "ring_links",
     "ring_tree_crossover_bytes",
-    "tp_block_comm_time",
     "transfer_time",
     "tree_allreduce_time",
 ]

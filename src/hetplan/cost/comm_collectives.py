@@ -15,13 +15,6 @@ from hetplan.cluster.spec import Cluster, Link
 
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
 
-# Megatron-LM tensor parallelism: per transformer block, the attention and the MLP each end
-# in a row-parallel linear whose output is all-reduced in forward (operator g), and each
-# begins with a column-parallel linear whose input gradient is all-reduced in backward
-# (operator f). Shoeybi et al. 2019, "Megatron-LM", Sec. 3 and Fig. 4: "2 all-reduces in
-# the forward pass and 2 in the backward pass" per layer.
-TP_ALLREDUCES_PER_BLOCK_PER_PASS = 2  # allreduce calls per transformer block per pass
-
 
 def p2p_time(nbytes: float, link: Link) -> float:
     """Alpha-beta point-to-point time: ``L + S / B`` (0 for ``S <= 0``).
@@ -239,25 +232,3 @@ def allreduce_time(
     if algorithm == "tree":
         return tree + overhead
     return min(ring, tree) + overhead
-
-
-def tp_block_comm_time(
-    activation_bytes: float,
-    devices: Sequence[str],
-    cluster: Cluster,
-    *,
-    passes: str = "both",
-    algorithm: str = "auto",
-) -> float:
-    """Tensor-parallel communication of one transformer block (Megatron-LM style).
-
-    ``passes``: ``fwd`` (2 allreduces of the block output, ``activation_bytes`` each),
-    ``bwd`` (2 allreduces of the input gradient, same size) or ``both`` (4).
-    Source: Shoeybi et al. 2019, Megatron-LM, Sec. 3 / Fig. 4 (operators f and g).
-    0 for a TP group of one device.
-    """
-    calls = {"fwd": 1, "bwd": 1, "both": 2}.get(passes)
-    if calls is None:
-        raise ValueError(f"passes must be 'fwd', 'bwd' or 'both', got {passes!r}")
-    one = allreduce_time(activation_bytes, devices, cluster, algorithm=algorithm)
-    return calls * TP_ALLREDUCES_PER_BLOCK_PER_PASS * one

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from hetplan.cluster.spec import DeviceType
 from hetplan.cost.comm_buckets import layer_tensor_bytes
+from hetplan.cost.dtypes import DTYPE_BYTES, is_mixed_precision
+from hetplan.cost.tp import tp_output_share, tp_share
 from hetplan.graph.types import LayerInfo
 from hetplan.units import MiB
 
@@ -21,7 +23,8 @@ OPTIMIZER_STATE_BYTES = 4  # bytes per slot per parameter (fp32 state)
 # torch.amp docs ("Automatic Mixed Precision") describe. The graph is traced with the module
 # cast to the dtype, so ``LayerInfo.param_bytes`` count 2 B per parameter; weights, gradients
 # and communicated gradients are rescaled to fp32 (``weight_scale``, ``grad_scale``).
-MIXED_PRECISION_DTYPES = ("bf16", "fp16")
+# (``MIXED_PRECISION_DTYPES``, ``DTYPE_BYTES`` and ``is_mixed_precision`` live in
+# :mod:`hetplan.cost.dtypes`, imported here.)
 # The parameters stay fp32 (autocast casts inside ops, never the module): the master weights.
 MASTER_WEIGHT_BYTES = 4  # bytes per parameter (fp32 master weights under autocast)
 # A gradient has its parameter's dtype (autograd's AccumulateGrad writes ``param.grad`` like
@@ -77,16 +80,6 @@ class MemoryBreakdown:
 # buffers of one micro-batch on top of the saved activations (reverse-mode autodiff; measured
 # with hetplan.run.memcount on gpt-tiny and resnet-tiny stages, docs/benchmarks.md).
 BACKWARD_GRAD_BUFFERS = 2  # activation-sized buffers
-
-
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}  # bytes per element
-
-
-def is_mixed_precision(dtype: str) -> bool:
-    """bf16 and fp16 train under autocast over fp32 master weights; fp32 (and tf32) do not."""
-    if dtype not in DTYPE_BYTES:
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {tuple(DTYPE_BYTES)}")
-    return dtype in MIXED_PRECISION_DTYPES
 
 
 def weight_scale(dtype: str) -> float:
@@ -154,15 +147,15 @@ def stage_memory(
 ) -> MemoryBreakdown:
     """Peak memory of a stage holding ``layers``.
 
-    - weights = sum(param_bytes) * weight_scale(dtype) / tp, grads = sum(param_bytes) *
-      grad_scale(dtype) / tp: the graph's parameter bytes in fp32; params * 4 B of fp32
+    - weights = sum(param_bytes * share) * weight_scale(dtype), grads = sum(param_bytes *
+      share) * grad_scale(dtype): the graph's parameter bytes in fp32; params * 4 B of fp32
       master weights and params * 4 B of fp32 gradients under mixed precision (``dtype``
       bf16/fp16: autocast over fp32 parameters),
-    - optimizer = params / tp * slots * 4: fp32 state slots (``OPTIMIZER_SLOTS``),
-    - cast_cache (mixed precision) = params of the layers with FLOPs / tp * 2 * copies:
+    - optimizer = sum(params * share) * slots * 4: fp32 state slots (``OPTIMIZER_SLOTS``),
+    - cast_cache (mixed precision) = params of the layers with FLOPs * share * 2 * copies:
       autocast's low-precision weight copies (``AUTOCAST_CAST_BYTES``), one per in-flight
       micro-batch (one with ``recompute``),
-    - activations kept for backward = sum(saved_bytes) * micro_batch * in_flight / tp;
+    - activations kept for backward = sum(saved_bytes * share) * micro_batch * in_flight;
       with ``recompute`` only the stage input (``input_bytes`` per sample, default the first
       layer's saved_bytes, which for conv/linear layers is their input) per in-flight
       micro-batch plus one micro-batch's full saved bytes (the one being recomputed); in
@@ -175,10 +168,14 @@ def stage_memory(
       (``received_bytes`` per sample, the graph's cut bytes) are held until each micro-batch's
       backward sends their gradients back; the part the stage's first layer saves anyway is
       already in the activations. Not with ``recompute`` (the stage input is counted there),
-    - backward_workspace = ``BACKWARD_GRAD_BUFFERS`` * max(out_bytes) * micro_batch / tp.
+    - backward_workspace = ``BACKWARD_GRAD_BUFFERS`` * max(out_bytes * output share) *
+      micro_batch.
 
-    TP divides weights and activations by ``tp`` (Megatron splits the attention heads and
-    the MLP hidden dimension; replicated layer norms and dropout masks are ignored).
+    ``share`` is each layer's TP share (:func:`hetplan.cost.tp.tp_share`): ``1 / tp`` for a
+    layer tensor parallelism splits (units or a vocabulary part, Megatron-style), 1 for a
+    replicated one, which every TP rank holds whole (norms outside blocks, pooling, layers
+    without units). The values crossing a cut, and a split block's output, are whole on every
+    rank (all-reduced); a split vocabulary head's logits stay sharded (the output share).
     """
     if optimizer not in OPTIMIZER_SLOTS:
         raise ValueError(
@@ -188,23 +185,26 @@ def stage_memory(
         raise ValueError(
             f"tp ({tp}) must be >= 1; micro_batch ({micro_batch}) and in_flight ({in_flight}) >= 0"
         )
-    param_bytes = sum(layer.param_bytes for layer in layers)
-    weights = param_bytes * weight_scale(dtype) / tp
-    grads = param_bytes * grad_scale(dtype) / tp
-    params = sum(layer.params for layer in layers) / tp
+    share = [tp_share(layer, tp) for layer in layers]
+    param_bytes = sum(layer.param_bytes * f for layer, f in zip(layers, share, strict=True))
+    weights = param_bytes * weight_scale(dtype)
+    grads = param_bytes * grad_scale(dtype)
+    params = sum(layer.params * f for layer, f in zip(layers, share, strict=True))
     per_param = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES
     copies = min(in_flight, 1) if recompute else in_flight
-    cast = sum(cast_cache_bytes(layer, dtype) for layer in layers) * copies / tp
-    saved = sum(layer.saved_bytes for layer in layers)
+    cast = sum(cast_cache_bytes(layer, dtype) * f for layer, f in zip(layers, share, strict=True))
+    cast *= copies
+    saved = sum(layer.saved_bytes * f for layer, f in zip(layers, share, strict=True))
     if recompute and layers:
         stage_in = layers[0].saved_bytes if input_bytes is None else input_bytes
-        activations = (stage_in * micro_batch * in_flight + saved * micro_batch) / tp
+        activations = stage_in * micro_batch * in_flight + saved * micro_batch
     else:
-        activations = saved * micro_batch * in_flight / tp
+        activations = saved * micro_batch * in_flight
     kept_in = 0.0
     if layers and not recompute:
         extra = max(received_bytes - layers[0].saved_input_bytes, 0.0)
-        kept_in = extra * micro_batch * in_flight / tp
+        kept_in = extra * micro_batch * in_flight
+    biggest_out = max((x.out_bytes * tp_output_share(x, tp) for x in layers), default=0)
     parts = {
         "weights": weights,
         "grads": grads,
@@ -215,9 +215,7 @@ def stage_memory(
         "comm_buffers": float(bucket_bytes),
         "framework": float(framework_bytes),
         "stage_inputs": float(kept_in),
-        "backward_workspace": float(
-            BACKWARD_GRAD_BUFFERS * max((x.out_bytes for x in layers), default=0) * micro_batch / tp
-        ),
+        "backward_workspace": float(BACKWARD_GRAD_BUFFERS * biggest_out * micro_batch),
     }
     return MemoryBreakdown(**parts, total=sum(parts.values()))
 

@@ -20,6 +20,7 @@ cached on disk (:mod:`cache`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from typing import Protocol
@@ -34,6 +35,7 @@ from hetplan.graph.data import loss_function
 from hetplan.graph.meta import build_on_meta
 from hetplan.graph.resolve import resolve_model
 from hetplan.graph.split import split_problem
+from hetplan.graph.tp_units import find_tp_units, find_vocab_pair, split_count
 from hetplan.graph.trace import LayerStats, TraceState, trace_step
 from hetplan.graph.types import LayerInfo, ModelGraph
 
@@ -183,6 +185,7 @@ def _assemble(
         _layer_info(name, stats, owned[i], batch, _shared(mod, owned[i]))
         for i, ((name, mod), stats) in enumerate(zip(ran, state.stats, strict=False))
     )
+    layers = _with_tp_facts(module, layers, DTYPES[dtype].itemsize, notes)
     return ModelGraph(
         name=built.name,
         input_shape=tuple(built.input_shape),
@@ -241,6 +244,60 @@ def _layer_info(
         fwd_kernels=st.fwd_kernels,
         bwd_kernels=st.bwd_kernels,
     )
+
+
+def _with_tp_facts(
+    module: nn.Module, layers: tuple[LayerInfo, ...], itemsize: int, notes: list[str]
+) -> tuple[LayerInfo, ...]:
+    """``layers`` with what tensor parallelism splits in each (``LayerInfo.tp_*``): the
+    Megatron-style units found from structure (fx traces of each layer, no weights read) and
+    the embedding/head pair over the vocabulary."""
+    names = [layer.name for layer in layers]
+    try:
+        units = find_tp_units(module, names)
+        vocab = find_vocab_pair(module)
+    except Exception as err:  # structure search failed: every layer replicated
+        notes.append(f"tensor-parallel units not searched: {_one_line(err)}")
+        return layers
+    out = []
+    for layer in layers:
+        found = [(u, split_count(module, u)) for u in units if _inside(u.module, layer.name)]
+        mine = [u for u, n in found if n > 0]
+        counts = [n for _, n in found if n > 0]
+        roles = []
+        if vocab is not None and _inside(vocab.embedding, layer.name):
+            roles.append("embedding")
+        if vocab is not None and vocab.head is not None and _inside(vocab.head, layer.name):
+            roles.append("head")
+        hidden, width = 0, 0  # all-reduced width; width of the layer's output
+        if mine:
+            down = module.get_submodule(mine[0].rowwise[0])
+            hidden = width = int(down.out_features)
+        if roles and vocab is not None:
+            emb = module.get_submodule(vocab.embedding)
+            counts.append(int(emb.num_embeddings))
+            hidden = int(emb.embedding_dim)
+            width = int(emb.num_embeddings) if "head" in roles else hidden
+        if not counts:
+            out.append(layer)
+            continue
+        tokens = max(round(layer.out_bytes / (width * itemsize)), 1) if width else 0
+        out.append(
+            dataclasses.replace(
+                layer,
+                tp_units=len(mine),
+                tp_vocab="+".join(roles),
+                tp_split=math.gcd(*counts),
+                tp_tokens=tokens,
+                tp_hidden=hidden,
+            )
+        )
+    return tuple(out)
+
+
+def _inside(fqn: str, layer: str) -> bool:
+    """Module ``fqn`` is ``layer`` or inside it (``""``: the root, holding everything)."""
+    return not layer or fqn == layer or fqn.startswith(layer + ".")
 
 
 def _cut_bytes(state: TraceState, n: int, batch: int) -> tuple[int, ...]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import math
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -423,6 +424,73 @@ def find_tp_units(model: nn.Module, layers: Sequence[str]) -> list[TpUnit]:
     meta models (tracing reads no values).
     """
     return [u for layer in layers for u in _units_in(model.get_submodule(layer), layer)]
+
+
+def split_count(model: nn.Module, unit: TpUnit) -> int:
+    """What a tensor-parallel degree must divide for ``unit`` to split (0: it never splits).
+
+    An MLP: the gcd of its up/gate projections' output features. An attention: the gcd of
+    the heads of its q, k and v projections (each rank must hold whole heads); a projection's
+    heads are its output features over the head size read from the first ``view``/
+    ``reshape``/``unflatten`` after it (its last int literal: ``view(b, t, -1, head_dim)``,
+    ``view(b, t, n_heads, head_dim)``; a trailing -1 leaves the literal before it as the head
+    count), its output features when no literal is found. A fused q/k/v projection: 0
+    (:data:`FUSED_QKV`, refused by :func:`check_tp_units`). Structure only (works on meta);
+    the readiness check still decides at run time.
+    """
+    if unit.kind == "attention" and len(unit.colwise) < 3:
+        return 0
+    widths = {fqn: _linear(model, fqn).out_features for fqn in unit.colwise}
+    if unit.kind == "attention":
+        for fqn, heads in _head_counts(model, unit).items():
+            widths[fqn] = heads
+    return math.gcd(*widths.values())
+
+
+def _head_counts(model: nn.Module, unit: TpUnit) -> dict[str, int]:
+    """Heads of each q/k/v projection whose output is reshaped into heads (see
+    :func:`split_count`); projections without such a reshape are left out."""
+    owner = model.get_submodule(unit.module)
+    try:
+        graph = _Tracer().trace(owner)
+    except Exception:  # untraceable: no head sizes, the widths stand
+        return {}
+    g = _Graph(graph, owner)
+    rel = _relative(unit)
+    out: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op != "call_module" or str(node.target) not in rel.colwise:
+            continue
+        lin = g.linear(node)
+        shape = _first_reshape(node)
+        if lin is None or shape is None:
+            continue
+        literals = list(_ints(shape.args[1:]))
+        heads = 0
+        if literals and literals[-1] > 0 and lin.out_features % literals[-1] == 0:
+            heads = lin.out_features // literals[-1]
+        elif len(literals) > 1 and literals[-1] < 0 and literals[-2] > 0:
+            heads = literals[-2]
+        if heads > 0:
+            fqn = unit.colwise[rel.colwise.index(str(node.target))]
+            out[fqn] = heads
+    return out
+
+
+def _first_reshape(node: fx.Node) -> fx.Node | None:
+    """The first view/reshape/unflatten reached from ``node`` through shape ops."""
+    todo = list(node.users)
+    seen: set[fx.Node] = set()
+    while todo:
+        n = todo.pop(0)
+        if n in seen:
+            continue
+        seen.add(n)
+        if _is(n, _RESHAPE_FUNCS, _RESHAPE_METHODS) and n.target != "expand":
+            return n
+        if _is_shape(n):
+            todo.extend(n.users)
+    return None
 
 
 # --- readiness check ---------------------------------------------------------------------------

@@ -50,6 +50,25 @@ class LayerInfo:
     convolutions on TF32 tensor cores by default, see :mod:`hetplan.cost.compute`)."""
     bwd_conv_flops: float = 0.0
     """Part of ``bwd_flops`` done by convolution operators (``convolution_backward``)."""
+    tp_units: int = 0
+    """Megatron-style tensor-parallel units inside the layer (attentions with separate q/k/v
+    projections and Linear-activation-Linear MLPs, :func:`hetplan.graph.tp_units.find_tp_units`):
+    each all-reduces its output forward and its input gradient backward (:mod:`hetplan.cost.tp`)."""
+    tp_vocab: str = ""
+    """The layer holds the embedding over the vocabulary (``embedding``), the output head over
+    it (``head``), both (``embedding+head``) or neither (``""``), split by vocabulary rows
+    (:func:`hetplan.graph.tp_units.find_vocab_pair`)."""
+    tp_split: int = 0
+    """What a tensor-parallel degree must divide for the layer to be split: the gcd of its
+    attentions' head counts, its MLPs' inner widths and the vocabulary size (0: nothing to
+    split, the layer is replicated on every TP rank)."""
+    tp_tokens: int = 0
+    """Per sample, the positions (tokens) of the tensors TP all-reduces in this layer, read
+    from ``out_bytes`` (the output is ``tokens x width``: a block's hidden stream, the
+    embedding's output, the head's logits); 0 when ``tp_split`` is 0."""
+    tp_hidden: int = 0
+    """Width (hidden size) of the tensors TP all-reduces in this layer: the units' output
+    width, the embedding's dimension, the head's input width; 0 when ``tp_split`` is 0."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,6 +18,7 @@ from hetplan.cost.comm import (
     ps_sync_time,
 )
 from hetplan.cost.memory import framework_overhead_bytes, grad_scale, grad_tensor_bytes, is_gpu
+from hetplan.cost.tp import tp_share
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.devices import group_balanced, groups_by_node, pipeline_orders, split_batch
@@ -40,9 +41,11 @@ MAX_PIPELINE_STAGES = 32
 """Deepest single pipeline tried; deeper plans are hybrids of shorter pipelines."""
 
 
-def grad_bytes(graph: ModelGraph, start: int = 0, end: int | None = None) -> float:
-    """Gradient bytes of layers ``start:end`` as all-reduced (fp32 under mixed precision)."""
-    param_bytes = sum(layer.param_bytes for layer in graph.layers[start:end])
+def grad_bytes(graph: ModelGraph, start: int = 0, end: int | None = None, tp: int = 1) -> float:
+    """Gradient bytes of layers ``start:end`` as one TP rank of ``tp`` all-reduces them (fp32
+    under mixed precision; its shard of split layers, replicated layers whole)."""
+    layers = graph.layers[start:end]
+    param_bytes = sum(layer.param_bytes * tp_share(layer, tp) for layer in layers)
     return float(param_bytes * grad_scale(graph.dtype))
 
 
@@ -105,15 +108,17 @@ def _exposed_allreduce(ctx: Context, devices: Sequence[str], slowest: str, batch
     if len(devices) < 2:
         return 0.0
     _, bwd = ctx.pricing.layers(slowest, batch)
-    tp = len(members(slowest))
-    buckets = ddp_buckets(grad_tensor_bytes(ctx.graph.layers, ctx.graph.dtype))
+    share = ctx.pricing.tp_shares(len(members(slowest)))
+    tensors = grad_tensor_bytes(ctx.graph.layers, ctx.graph.dtype)
+    # A TP rank syncs its shard of a split layer's gradients, a replicated layer's whole.
+    buckets = ddp_buckets([[int(b * f) for b in t] for t, f in zip(tensors, share, strict=True)])
     cluster = ctx.pricing.cluster
     ring = [members(d)[0] for d in devices]  # one DP group per TP rank; they run in parallel
     memo: dict[float, float] = {}
 
     def allreduce(nbytes: float) -> float:
         if nbytes not in memo:
-            memo[nbytes] = allreduce_time(nbytes / tp, ring, cluster)
+            memo[nbytes] = allreduce_time(nbytes, ring, cluster)
         return memo[nbytes]
 
     return overlapped_allreduce_exposed(list(bwd), buckets, allreduce)
@@ -328,7 +333,7 @@ def _hybrid_at(ctx: Context, slots: tuple[tuple[str, ...], ...], m: int) -> Cand
     pipe_time = part.total_time + (m - 1) * part.bottleneck
     sync = max(
         allreduce_time(
-            grad_bytes(ctx.graph, i, j) / len(members(slots[0][s])),
+            grad_bytes(ctx.graph, i, j, len(members(slots[0][s]))),
             [members(g[s])[0] for g in slots],
             ctx.pricing.cluster,
         )

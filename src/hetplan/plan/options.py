@@ -9,7 +9,8 @@ from hetplan.plan.objective import Limits, Objective
 
 FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
 RUNNABLE = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
-"""Families ``hetplan train`` executes (no tensor parallelism)."""
+"""Families ``hetplan train`` executes; dp, gpipe, 1f1b and hybrid also with tensor
+parallelism inside their stages (``search.unrunnable``)."""
 
 Progress = Callable[[str, int, int], None]
 """``(phase, done, total)`` callback for a progress bar."""
@@ -25,6 +26,6 @@ class SearchOptions:
     optimizer: str = "sgd"
     families: tuple[str, ...] = FAMILIES
     runnable_only: bool = True
-    """Search only plans ``hetplan train`` can run (:data:`RUNNABLE`, no tensor parallelism);
-    False prices every family as a what-if."""
+    """Search only plans ``hetplan train`` can run (:data:`RUNNABLE`; tensor parallelism only
+    with dp, gpipe, 1f1b and hybrid); False prices every family as a what-if."""
     dataset_size: int | None = None

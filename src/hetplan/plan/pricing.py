@@ -8,7 +8,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hetplan.cluster.spec import Cluster, DeviceType, Link
-from hetplan.cost.comm import tp_block_comm_time
 from hetplan.cost.memory import (
     BACKWARD_GRAD_BUFFERS,
     OPTIMIZER_SLOTS,
@@ -17,6 +16,7 @@ from hetplan.cost.memory import (
     grad_scale,
     weight_scale,
 )
+from hetplan.cost.tp import tp_comm_time, tp_layer_key, tp_output_share, tp_share
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.tp import SEP, members
@@ -33,6 +33,7 @@ class Pricing:
     compute: ComputeModel
     _cache: dict[tuple[str, float, int], tuple[Floats, Floats]] = field(default_factory=dict)
     _mem_base: tuple[Floats, Floats, Floats, Floats, Floats] | None = None
+    _shares: dict[int, Floats] = field(default_factory=dict)
 
     def layers(self, device_id: str, batch: int) -> tuple[Floats, Floats]:
         """Forward and backward seconds of every layer on ``device_id`` (a device or a TP
@@ -52,44 +53,49 @@ class Pricing:
         return hit
 
     def _group_layers(self, group: str, batch: int) -> tuple[Floats, Floats]:
-        """A TP group: every member computes 1/tp of each layer (the slowest bounds it), plus
-        Megatron's two allreduces of the layer output per pass for layers with parameters
-        (as ``predict`` prices it)."""
+        """A TP group: each member computes ``tp_share`` of every layer (``1/tp`` of the
+        layers tensor parallelism splits, all of the replicated ones; the slowest member bounds
+        it), plus each split layer's all-reduces (``cost.tp.tp_comm_time``, as ``predict``
+        prices them)."""
         key = (group, -1.0, batch)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         ids = members(group)
         tp = len(ids)
-        fwd = np.max([self.layers(d, batch)[0] for d in ids], axis=0) / tp
-        bwd = np.max([self.layers(d, batch)[1] for d in ids], axis=0) / tp
-        memo: dict[float, tuple[float, float]] = {}
+        share = self.tp_shares(tp)
+        fwd = np.max([self.layers(d, batch)[0] for d in ids], axis=0) * share
+        bwd = np.max([self.layers(d, batch)[1] for d in ids], axis=0) * share
+        memo: dict[tuple[int, str, int, int, int], tuple[float, float]] = {}
         for k, layer in enumerate(self.graph.layers):
-            if layer.params == 0:
+            if share[k] == 1.0:
                 continue
-            size = float(layer.out_bytes * batch)
-            if size not in memo:
-                memo[size] = (
-                    tp_block_comm_time(size, ids, self.cluster, passes="fwd"),
-                    tp_block_comm_time(size, ids, self.cluster, passes="bwd"),
-                )
-            fwd[k] += memo[size][0]
-            bwd[k] += memo[size][1]
+            lk = tp_layer_key(layer)
+            if lk not in memo:
+                memo[lk] = tp_comm_time(layer, batch, self.graph.dtype, ids, self.cluster)
+            fwd[k] += memo[lk][0]
+            bwd[k] += memo[lk][1]
         self._cache[key] = (fwd, bwd)
         return fwd, bwd
+
+    def tp_shares(self, tp: int) -> Floats:
+        """Per layer, the share one of ``tp`` TP ranks computes and holds (``cost.tp.tp_share``)."""
+        hit = self._shares.get(tp)
+        if hit is None:
+            layers = self.graph.layers
+            hit = np.array([tp_share(layer, tp) for layer in layers], dtype=np.float64)
+            self._shares[tp] = hit
+        return hit
 
     def device_type(self, slot: str) -> DeviceType:
         """The device type of a device or of a TP group's members (all alike)."""
         return self.cluster.device(members(slot)[0]).type
 
     def link(self, a: str, b: str) -> Link:
-        """The link between two slots; between TP groups each member sends 1/tp of a cut to
-        its peer (Megatron's scatter/gather), i.e. tp times the bandwidth."""
-        ma, mb = members(a), members(b)
-        link = self.cluster.link(ma[0], mb[0])
-        if len(ma) == 1:
-            return link
-        return Link(kind=link.kind, bandwidth=link.bandwidth * len(ma), latency_s=link.latency_s)
+        """The link between two slots; between TP groups, rank ``t`` of one sends the whole
+        (replicated) cut to rank ``t`` of the other, all pairs at once: the first pair's link
+        stands for them."""
+        return self.cluster.link(members(a)[0], members(b)[0])
 
     def step_time(self, device_id: str, batch: int) -> float:
         """Forward + backward seconds of the whole model for ``batch`` samples."""
@@ -103,9 +109,13 @@ class Pricing:
     def workspace(self, batch: int, tp: int = 1) -> float:
         """Predict's stage-level backward workspace (``cost.memory.BACKWARD_GRAD_BUFFERS``
         activation gradients of one micro-batch of ``batch`` samples), bounded here by the
-        model's largest layer output (the screening does not know the stage yet)."""
-        biggest = max((layer.out_bytes for layer in self.graph.layers), default=0)
-        return float(BACKWARD_GRAD_BUFFERS * biggest * batch / tp)
+        model's largest layer output (the screening does not know the stage yet); per TP rank,
+        a split vocabulary head's logits are ``1/tp`` (``cost.tp.tp_output_share``)."""
+        biggest = max(
+            (layer.out_bytes * tp_output_share(layer, tp) for layer in self.graph.layers),
+            default=0,
+        )
+        return float(BACKWARD_GRAD_BUFFERS * biggest * batch)
 
     def layer_mem(
         self,
@@ -122,7 +132,8 @@ class Pricing:
         autocast's weight copies (weights, gradients and state in fp32 under mixed precision;
         with recomputation the caller passes the one micro-batch kept whole);
         ``synced``: plus DDP's flat gradient buckets, a second copy of the gradients; ``tp``:
-        per member of a TP group (all divided by tp)."""
+        per member of a TP group (the layers tensor parallelism splits divided by tp, the
+        replicated ones whole: ``cost.tp.tp_share``)."""
         if self._mem_base is None:
             dtype = self.graph.dtype
             layers = self.graph.layers
@@ -137,4 +148,5 @@ class Pricing:
         weights, grads, params, cast, saved = self._mem_base
         per_param = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES
         held = weights * (1 + stashed) + grads * (1 + int(synced)) + params * per_param
-        return (held + cast * in_flight + saved * (batch * in_flight)) / tp
+        share = self.tp_shares(tp) if tp > 1 else 1.0
+        return (held + cast * in_flight + saved * (batch * in_flight)) * share

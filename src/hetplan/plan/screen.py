@@ -22,7 +22,7 @@ from hetplan.plan.context import Candidate, Context
 from hetplan.plan.devices import subsets
 from hetplan.plan.objective import Objective
 from hetplan.plan.options import RUNNABLE, Progress, SearchOptions
-from hetplan.plan.tp import TP_DEGREES, is_transformer, tp_groups
+from hetplan.plan.tp import TP_DEGREES, has_tp_units, splits_at, tp_groups
 
 PIPELINED_SUBSETS = 8
 """Device subsets (best by a balanced-throughput bound) that get pipelined candidates."""
@@ -61,7 +61,7 @@ def screen(
             pool.extend(hybrid_candidates(ctx, devices))
         if progress is not None:
             progress("screening", i + 1, len(work))
-    if is_transformer(ctx.graph) and not opts.runnable_only:
+    if has_tp_units(ctx.graph):
         pool.extend(_tensor_parallel(ctx, cluster, subs, opts))
     if not pool and not rejected:
         rejected["no candidate: no requested strategy applies to these devices"] += 1
@@ -85,13 +85,16 @@ def _allowed(ctx: Context, opts: SearchOptions, rejected: Counter[str]) -> Searc
 def _tensor_parallel(
     ctx: Context, cluster: Cluster, subs: Sequence[tuple[str, ...]], opts: SearchOptions
 ) -> list[Candidate]:
-    """Transformers: TP groups inside nodes as slots of data parallel, single pipelines and
-    hybrids, on the subsets most promising by the balanced bound."""
+    """Models with tensor-parallel units (``plan.tp.has_tp_units``): TP groups inside nodes
+    as slots of data parallel, single pipelines (gpipe, 1f1b) and hybrids, on the subsets most
+    promising by the balanced bound, at every degree some unit splits at. All of these run
+    (``hetplan train``); ps, pipedream and wsp get no TP variant (``search.unrunnable``)."""
     out: list[Candidate] = []
     piped = [s for s in ("gpipe", "1f1b") if s in opts.families]
     multi = [s for s in subs if len(s) > 1]
+    degrees = [tp for tp in TP_DEGREES if splits_at(ctx.graph, tp)]
     for devices in _promising(ctx, multi, opts.objective)[:TP_SUBSETS]:
-        for tp in TP_DEGREES:
+        for tp in degrees:
             groups = tp_groups(cluster, devices, tp)
             if groups is None:
                 continue

@@ -7,17 +7,16 @@ from a candidate lists the members in ``StagePlan.devices`` and sets ``Plan.tp``
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from hetplan.cluster.spec import Cluster
+from hetplan.cost.tp import tp_splits
 from hetplan.graph.types import ModelGraph
 
 SEP = "+"
 TP_DEGREES = (2, 4, 8)
 """Tensor-parallel degrees tried (inside a node: TP's per-block allreduces need fast links;
 Megatron-LM keeps TP within a DGX node, Narayanan et al. 2021)."""
-_BLOCK = re.compile(r"^(block|layer)\d+$")
 
 
 def members(slot: str) -> list[str]:
@@ -25,10 +24,16 @@ def members(slot: str) -> list[str]:
     return slot.split(SEP)
 
 
-def is_transformer(graph: ModelGraph) -> bool:
-    """Layers named ``block<i>`` / ``layer<i>``: the zoo's transformer blocks, which the cost
-    model splits Megatron-style."""
-    return sum(1 for layer in graph.layers if _BLOCK.match(layer.name)) >= 2
+def has_tp_units(graph: ModelGraph) -> bool:
+    """The graph has at least one layer with Megatron-style units (``LayerInfo.tp_units``,
+    found from structure by :mod:`hetplan.graph.tp_units`): tensor parallelism has blocks to
+    split. A vocabulary pair alone (an embedding without blocks) is not enough."""
+    return any(layer.tp_units > 0 for layer in graph.layers)
+
+
+def splits_at(graph: ModelGraph, tp: int) -> bool:
+    """Some layer with units splits at degree ``tp`` (``tp`` divides its heads and widths)."""
+    return any(layer.tp_units > 0 and tp_splits(layer, tp) for layer in graph.layers)
 
 
 def tp_groups(cluster: Cluster, devices: Sequence[str], tp: int) -> list[str] | None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from hetplan.cluster.spec import Cluster
 from hetplan.cost import power as pw
+from hetplan.cost.tp import tp_splits
 from hetplan.cost.types import ComputeModel
 from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
@@ -207,5 +208,16 @@ def predict(
         cost_source=", ".join(priced.sources) or "none",
         devices=devices,
         timeline=timeline,
-        notes=list(timeline.schedule.notes),
+        notes=list(timeline.schedule.notes) + _tp_notes(plan, graph),
     )
+
+
+def _tp_notes(plan: Plan, graph: ModelGraph) -> list[str]:
+    """A TP plan whose degree splits no layer: every rank computes the whole stage."""
+    if plan.tp == 1 or any(tp_splits(layer, plan.tp) for layer in graph.layers):
+        return []
+    return [
+        f"tp {plan.tp}: no layer of {graph.name} splits at this degree (no attention or MLP "
+        "unit with whole heads per rank, no vocabulary divisible by it): every TP rank "
+        "computes its stage whole"
+    ]

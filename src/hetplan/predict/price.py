@@ -5,18 +5,22 @@ Conventions (see docs/models.md):
 - micro-batch size of a pipeline = ``ceil(batch / micro_batches)``: with an uneven split every
   micro-batch is priced at the larger size (slightly pessimistic; torch's ``tensor_split``
   makes the first ``batch mod m`` micro-batches one sample larger);
-- a tensor-parallel stage: each member computes ``1/tp`` of every layer (Megatron splits the
-  GEMMs), the slowest member bounds it, plus two allreduces of the layer output per pass for
-  every layer with parameters (``tp_block_comm_time``);
+- a tensor-parallel stage: each member computes ``1/tp`` of the layers tensor parallelism
+  splits (Megatron-style units, the vocabulary-split embedding and head) and all of the
+  replicated ones (``cost.tp.tp_share``), the slowest member bounds it, plus each split
+  layer's all-reduces forward and backward (``cost.tp.tp_comm_time``; with recomputation the
+  forward ones run again in the backward);
 - cut transfers: ``graph.cut_bytes[last layer] * micro-batch`` bytes each way (activations
-  forward, their gradients backward: same size), over ``cluster.link``; a TP group sends
-  ``1/tp`` of them from each member to its peer (Megatron's scatter/gather optimisation);
+  forward, their gradients backward: same size), over ``cluster.link``; between TP groups
+  rank ``t`` sends the whole (replicated) values to rank ``t`` of the next stage, all pairs at
+  once (the slowest pair counts);
 - gradient buckets (several replicas only): DDP's buckets over the stage's parameter tensors;
   the last micro-batch's backward is split at their ready points;
 - mixed precision (model dtype bf16/fp16: autocast over fp32 master weights): gradients, DDP
   buckets and PS pushes and pulls are fp32 (``cost.memory.grad_tensor_bytes``: twice the
-  graph's 2 B/param ``param_tensor_bytes``); activations crossing a cut and TP allreduces stay
-  at the graph's low precision; the optimizer step moves fp32 p, g and state as in fp32.
+  graph's 2 B/param ``param_tensor_bytes``); activations crossing a cut and TP forward
+  all-reduces of units stay at the graph's low precision (TP backward ones are fp32); the
+  optimizer step moves fp32 p, g and state as in fp32.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from hetplan.cost.memory import (
     grad_tensor_bytes,
     is_gpu,
 )
+from hetplan.cost.tp import tp_comm_time, tp_layer_key, tp_share
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.plan.types import Plan
@@ -79,8 +84,12 @@ def micro_batch_size(batch: int, micro_batches: int) -> int:
 
 def _tensor_bytes(layers: Sequence[LayerInfo], dtype: str, tp: int) -> list[list[int]]:
     """Per layer, the gradient tensor sizes one TP rank communicates (fp32 under mixed
-    precision)."""
-    return [[max(int(b) // tp, 1) for b in sizes] for sizes in grad_tensor_bytes(layers, dtype)]
+    precision): its shard of a split layer's tensors, a replicated layer's whole."""
+    sizes = grad_tensor_bytes(layers, dtype)
+    return [
+        [max(int(b * tp_share(layer, tp)), 1) for b in tensors]
+        for layer, tensors in zip(layers, sizes, strict=True)
+    ]
 
 
 def split_backward(
@@ -134,34 +143,56 @@ def _stage_compute(
     """(forward s, per-layer backward s, optimizer s, sources) of one stage per micro-batch."""
     lo, hi = rng
     tp = len(devices)
+    layers = graph.layers[lo : hi + 1]
+    share = [tp_share(layer, tp) for layer in layers]
     fwd, bwd = 0.0, [0.0] * (hi - lo + 1)
     sources: set[str] = set()
     opt = 0.0
-    params = sum(layer.params for layer in graph.layers[lo : hi + 1]) / tp
-    names = [layer.name for layer in graph.layers[lo : hi + 1]]
+    # Recomputation re-runs each layer's forward inside its backward.
+    redo = 1.0 if plan.recompute else 0.0
+    total = sum(layer.params for layer in layers)
+    params = sum(layer.params * f for layer, f in zip(layers, share, strict=True))
+    names = [layer.name for layer in layers]
     for dev in devices:
         costs = compute.layer_costs(graph, dev, mb)[lo : hi + 1]
         sources.update(c.source for c in costs)
-        fwd = max(fwd, sum(c.fwd_s for c in costs) / tp)
-        # Recomputation re-runs each layer's forward inside its backward.
-        redo = 1.0 if plan.recompute else 0.0
-        bwd = [max(b, (c.bwd_s + redo * c.fwd_s) / tp) for b, c in zip(bwd, costs, strict=True)]
+        fwd = max(fwd, sum(c.fwd_s * f for c, f in zip(costs, share, strict=True)))
+        bwd = [
+            max(b, (c.bwd_s + redo * c.fwd_s) * f)
+            for b, c, f in zip(bwd, costs, share, strict=True)
+        ]
         bw = dev.type.memory_bandwidth * dev.type.memory_efficiency * dev.speed
         measured = _measured_optimizer_s(compute, graph, dev, names, plan.optimizer)
         analytical = params * OPTIMIZER_BYTES_PER_PARAM[plan.optimizer] / bw
-        opt = max(opt, (measured / tp) if measured is not None else analytical)
+        held = params / total if total else 1.0  # this rank's part of the stage's parameters
+        opt = max(opt, (measured * held) if measured is not None else analytical)
     if tp > 1:
-        ids = [d.id for d in devices]
-        memo: dict[float, float] = {}  # blocks repeat: price each activation size once
-        for k, layer in enumerate(graph.layers[lo : hi + 1]):
-            if layer.params:
-                act = float(layer.out_bytes * mb)
-                if act not in memo:
-                    memo[act] = comm.tp_block_comm_time(act, ids, cluster, passes="fwd")
-                # Forward and backward each run two allreduces of the same size.
-                fwd += memo[act]
-                bwd[k] += memo[act]
+        fwd_comm, bwd_comm = stage_tp_comm(graph, layers, mb, [d.id for d in devices], cluster)
+        fwd += sum(fwd_comm)
+        for k, (f, b) in enumerate(zip(fwd_comm, bwd_comm, strict=True)):
+            bwd[k] += b + redo * f
     return fwd, bwd, opt, sources
+
+
+def stage_tp_comm(
+    graph: ModelGraph,
+    layers: Sequence[LayerInfo],
+    mb: int,
+    devices: Sequence[str],
+    cluster: Cluster,
+) -> tuple[list[float], list[float]]:
+    """Per layer of a stage, (forward s, backward s) of its TP all-reduces for one micro-batch
+    of ``mb`` samples over the TP group ``devices`` (``cost.tp.tp_comm_time``)."""
+    memo: dict[tuple[int, str, int, int, int], tuple[float, float]] = {}
+    fwd: list[float] = []
+    bwd: list[float] = []
+    for layer in layers:
+        key = tp_layer_key(layer)  # blocks repeat: price each kind once
+        if key not in memo:
+            memo[key] = tp_comm_time(layer, mb, graph.dtype, devices, cluster)
+        fwd.append(memo[key][0])
+        bwd.append(memo[key][1])
+    return fwd, bwd
 
 
 def _measured_optimizer_s(
@@ -187,8 +218,8 @@ def _cut(
     graph: ModelGraph, cluster: Cluster, a: Sequence[str], b: Sequence[str], last: int, mb: int
 ) -> CutWork:
     nbytes = float(graph.cut_bytes[last] * mb) if last < len(graph.cut_bytes) else 0.0
-    share = nbytes / len(a)
-    t = max(comm.p2p_time(share, cluster.link(x, y)) for x, y in zip(a, b, strict=True))
+    # TP rank t sends the whole (replicated) values to rank t of the next stage.
+    t = max(comm.p2p_time(nbytes, cluster.link(x, y)) for x, y in zip(a, b, strict=True))
     return CutWork(fwd_s=t, bwd_s=t, nbytes=nbytes)
 
 
