@@ -123,3 +123,39 @@ def test_asynchronous_variants_run(
     assert "asynchronous (" in out and "the iterations needed to converge are not" in out
     losses = json.loads((tmp_path / "m.json").read_text())["loss"]
     assert len(losses) == 4 and all(x > 0 for x in losses)  # warm-up step included
+
+
+@pytest.mark.parametrize("family", ["dp", "1f1b"])
+def test_screened_tensor_parallel_plans_run(
+    family: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The tensor-parallel candidates the planner screens (on CPU they rarely win, so they are
+    taken from the screening) are plan files ``train`` runs."""
+    from collections import Counter
+
+    from hetplan.cluster import load_cluster
+    from hetplan.cost.compute import AnalyticalCompute
+    from hetplan.graph import build_graph
+    from hetplan.plan.context import Context
+    from hetplan.plan.objective import parse_objective
+    from hetplan.plan.options import SearchOptions
+    from hetplan.plan.pricing import Pricing
+    from hetplan.plan.screen import screen
+    from hetplan.plan.types import ModelRef
+    from hetplan.serde import to_data
+
+    cluster_path = CLUSTERS / "local-cpu-4on2.yaml"
+    cluster = load_cluster(cluster_path)
+    graph = build_graph("gpt-tiny")
+    pricing = Pricing(graph=graph, cluster=cluster, compute=AnalyticalCompute())
+    ctx = Context(model=ModelRef(name="gpt-tiny"), graph=graph, pricing=pricing, batch=16)
+    opts = SearchOptions(batch=16, objective=parse_objective("time"), families=(family,))
+    pool = [c for c in screen(ctx, cluster, opts, Counter(), None) if c.plan.tp == 2]
+    assert pool, "no tensor-parallel candidate screened"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(to_data(pool[0].plan)))
+    args = ["train", str(plan), "--cluster", str(cluster_path), "--steps", "2", "--warmup", "0"]
+    code, out, err = _run([*args, "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert len(data["ranks"]) == len(pool[0].plan.devices) and data["losses"][0] > 0

@@ -296,3 +296,6 @@ def test_unrunnable_plans_cannot_win() -> None:
     tp = dataclasses.replace(tp, tp=2, pipelines=[PipelinePlan(stages=two, batch=8)])
     assert "not executable" in str(unrunnable(tp))
     assert unrunnable(dataclasses.replace(tp, strategy="1f1b")) is None
+    fp16 = dataclasses.replace(plan("pipedream", 8, 4), model=ModelRef(name="m", dtype="fp16"))
+    assert "fp16" in str(unrunnable(fp16))
+    assert unrunnable(dataclasses.replace(fp16, strategy="1f1b")) is None

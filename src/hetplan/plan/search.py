@@ -26,6 +26,7 @@ from hetplan.plan.objective import Metrics, Objective, pareto_front
 from hetplan.plan.options import RUNNABLE, Progress, SearchOptions
 from hetplan.plan.pricing import Pricing
 from hetplan.plan.screen import screen
+from hetplan.plan.staleness import is_asynchronous
 from hetplan.plan.types import ModelRef, Plan
 from hetplan.predict import Prediction, predict
 from hetplan.serde import to_data
@@ -214,6 +215,8 @@ def unrunnable(plan: Plan) -> str | None:
     """Why ``hetplan train`` cannot run ``plan`` (mirrors ``run.layout.check_executable``)."""
     if plan.strategy not in RUNNABLE:
         return f"{plan.strategy} is not executable yet"
+    if plan.model.dtype == "fp16" and is_asynchronous(plan):
+        return f"{plan.strategy} with fp16 loss scaling is not executable (no common step)"
     if plan.tp != 1 and (plan.strategy in ("ps", "pipedream") or plan.sync == "wsp"):
         return f"{plan.strategy} with tensor parallelism (tp {plan.tp}) is not executable yet"
     if plan.strategy != "dp":

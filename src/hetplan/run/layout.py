@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetplan.errors import InputError
+from hetplan.plan.staleness import is_asynchronous
 from hetplan.plan.types import Plan
 
 EXECUTABLE = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
@@ -109,10 +110,10 @@ def check_executable(plan: Plan, layer_names: list[str]) -> None:
         _check_micro_batches(plan)
     if plan.strategy == "ps":
         _check_servers(plan)
-    if plan.strategy == "ps" and plan.ps_async and plan.model.dtype == "fp16":
+    if plan.model.dtype == "fp16" and is_asynchronous(plan):
         raise InputError(
             "model.dtype: fp16's loss scaling skips a step on every rank together; an "
-            "asynchronous parameter server has no common step (use bf16 or fp32)"
+            f"asynchronous plan ({plan.strategy}) has no common step (use bf16 or fp32)"
         )
     known = set(layer_names)
     for i, pipe in enumerate(plan.pipelines):
