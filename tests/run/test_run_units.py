@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import signal
 from pathlib import Path
@@ -17,7 +18,13 @@ from hetplan.run._agent import describe_failure
 from hetplan.run._rank import is_peer_loss
 from hetplan.run.commands import node_commands, node_run
 from hetplan.run.launch import failure_error
-from hetplan.run.layout import check_executable, pipeline_ranks, rank_roles, stage_ranks
+from hetplan.run.layout import (
+    check_executable,
+    pipeline_ranks,
+    rank_roles,
+    stage_ranks,
+    tp_ranks,
+)
 from hetplan.run.measure import percentile, summarize, with_prediction
 from hetplan.run.model import MLPSource, layer_names
 
@@ -58,18 +65,50 @@ def test_rank_roles_and_groups() -> None:
     assert stage_ranks(plan) == [[0, 2], [1, 3]]
 
 
-def test_not_executable_strategies_say_so() -> None:
+def test_what_does_not_run_says_so() -> None:
+    """Every family runs; tensor parallelism with PipeDream and fp16 with an asynchronous
+    plan do not, and say why."""
+    stages = [
+        StagePlan(layers=LAYERS[:2], devices=["a", "b"]),
+        StagePlan(layers=LAYERS[2:], devices=["c", "d"]),
+    ]
     plan = Plan(
-        model=ModelRef(name="mlp"),
-        strategy="ps",
-        global_batch=4,
-        ps_devices=["a"],
-        pipelines=[PipelinePlan(stages=[StagePlan(layers=LAYERS, devices=["a"])], batch=4)],
-    )
-    with pytest.raises(
-        InputError, match=r"^strategy ps is not executable yet \(see docs/run\.md\)"
-    ):
+        model=ModelRef(name="mlp"), strategy="pipedream", global_batch=4, tp=2,
+        pipelines=[PipelinePlan(stages=stages, batch=4)],
+    )  # fmt: skip
+    with pytest.raises(InputError, match=r"^tp: tensor parallelism \(tp = 2\) runs with dp"):
         check_executable(plan, LAYERS)
+    check_executable(dataclasses.replace(plan, strategy="1f1b"), LAYERS)
+    fp16 = dataclasses.replace(plan, tp=1, pipelines=[PipelinePlan(stages=[
+        StagePlan(layers=LAYERS[:2], devices=["a"]), StagePlan(layers=LAYERS[2:], devices=["c"])
+    ], batch=4)], model=ModelRef(name="mlp", dtype="fp16"))  # fmt: skip
+    with pytest.raises(InputError, match=r"^model.dtype: fp16's loss scaling"):
+        check_executable(fp16, LAYERS)
+
+
+def test_tensor_parallel_ranks_by_hand() -> None:
+    """2 pipelines x 2 stages x 2 shards: rank (p * 2 + s) * 2 + t."""
+    dev = iter("abcdefgh")
+    pipes = [
+        PipelinePlan(
+            stages=[
+                StagePlan(layers=ls, devices=[next(dev), next(dev)])
+                for ls in (LAYERS[:2], LAYERS[2:])
+            ],
+            batch=4,
+        )
+        for _ in range(2)
+    ]
+    plan = Plan(
+        model=ModelRef(name="mlp"), strategy="hybrid", global_batch=8, tp=2, pipelines=pipes
+    )
+    roles = rank_roles(plan)
+    assert [(r.pipeline, r.stage, r.tp_rank, r.device) for r in roles[:4]] == [
+        (0, 0, 0, "a"), (0, 0, 1, "b"), (0, 1, 0, "c"), (0, 1, 1, "d"),
+    ]  # fmt: skip
+    assert pipeline_ranks(plan, 1) == [[1, 3], [5, 7]]
+    assert stage_ranks(plan) == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert tp_ranks(plan) == [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
 def test_plan_checks_name_the_numbers() -> None:
