@@ -159,3 +159,25 @@ def test_screened_tensor_parallel_plans_run(
     assert code == 0, err
     data = json.loads(out)
     assert len(data["ranks"]) == len(pool[0].plan.devices) and data["losses"][0] > 0
+
+
+def test_separate_parameter_server_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A planned parameter server edited so that one device only serves (no worker): the
+    run has a server-only rank after the three workers, and the report names it."""
+    cluster = CLUSTERS / "local-cpu-4on2.yaml"
+    plan = tmp_path / "plan.json"
+    argv = ["plan", "--model", "gpt-tiny", "--batch", "12", "--strategies", "ps",
+            "--analytical", "--cluster", str(cluster), "--out", str(plan)]  # fmt: skip
+    code, _, err = _run(argv, capsys)
+    assert code == 0, err
+    data = json.loads(plan.read_text())
+    devices = [p["stages"][0]["devices"][0] for p in data["pipelines"]]
+    workers = data["pipelines"][:-1]
+    for p in workers:
+        p["batch"] = data["global_batch"] // len(workers)
+    data.update(pipelines=workers, ps_devices=[devices[0], devices[-1]])
+    plan.write_text(json.dumps(data))
+    args = ["train", str(plan), "--cluster", str(cluster), "--steps", "2", "--warmup", "0"]
+    code, out, err = _run(args, capsys)
+    assert code == 0, err
+    assert f"{devices[-1]}   server" in out

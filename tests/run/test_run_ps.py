@@ -13,10 +13,7 @@ import torch
 from test_run_fidelity import _source, check_same_training, make_plan
 from torch import nn
 
-from hetplan.errors import InputError
 from hetplan.plan.types import Plan
-from hetplan.run.layout import check_executable
-from hetplan.run.model import layer_names
 from hetplan.run.ps import hosted_params
 from hetplan.run.reference_ps import replay_async_ps
 from hetplan.run.train import run_plan
@@ -55,19 +52,22 @@ def test_shards_follow_the_assignment_by_hand() -> None:
     assert [id(p) for p in by_size[0]] == [id(flat[i]) for i in (0, 3, 4)]
 
 
-def test_separate_servers_are_refused() -> None:
-    plan = _ps("skip", ["d0"])
-    plan = dataclasses.replace(plan, ps_devices=["x9"])
-    with pytest.raises(InputError, match="ps_devices: x9 is not a worker"):
-        check_executable(plan, layer_names(_source("skip")))
+def test_separate_server_equals_one_process() -> None:
+    """Two workers and a server-only rank ("s0", not a worker) hosting one of two shards: the
+    same training as one process."""
+    check_same_training(_ps("gpt-tiny", ["d1", "s0"], "size"), "gpt-tiny")
 
 
-@pytest.mark.parametrize(("staleness", "optimizer"), [(0, "sgd"), (1, "adam")])
-def test_async_ps_replays_in_one_process(staleness: int, optimizer: str) -> None:
+@pytest.mark.parametrize(
+    ("staleness", "optimizer", "separate"),
+    [(0, "sgd", False), (1, "adam", False), (1, "sgd", True)],
+)
+def test_async_ps_replays_in_one_process(staleness: int, optimizer: str, separate: bool) -> None:
     """Three workers, two hosts: every worker's loss at every step equals a one-process
     replay of the servers' logs (each push applied once, to the weights the logs say), and
     with a bound every pull waited until the slowest worker was at most that far behind."""
     base = make_plan("skip", "dp", 1, optimizer=optimizer, batch=8)
+    hosts = ["d0", "s9"] if separate else ["d0", "d2"]
     pipes = [
         dataclasses.replace(
             base.pipelines[0],
@@ -81,20 +81,21 @@ def test_async_ps_replays_in_one_process(staleness: int, optimizer: str) -> None
         strategy="ps",
         pipelines=pipes,
         global_batch=12,
-        ps_devices=["d0", "d2"],
+        ps_devices=hosts,
         ps_assignment="round_robin",
         ps_async=True,
         staleness=staleness,
     )  # type: ignore[arg-type]
     steps = 5
     raw = run_plan(plan, source=_source("skip"), steps=steps, seed=2)
-    pulled = [r["ps_pulled"] for r in raw]
+    workers = [r for r in raw if r["stage"] >= 0]  # a server-only rank has no stage
+    pulled = [r["ps_pulled"] for r in workers]
     applied = {r["rank"]: r["ps_applied"] for r in raw if r["ps_applied"]}
-    assert sorted(applied) == [0, 2]
+    assert sorted(applied) == ([0, 3] if separate else [0, 2])  # s9 is rank 3 after 3 workers
     for log in applied.values():  # every push applied exactly once at each host
         assert sorted(log) == [(w, c) for w in range(3) for c in range(steps)]
     want = replay_async_ps(plan, _source("skip"), pulled, applied, seed=2)
-    got = [r["loss"] for r in raw]
+    got = [r["loss"] for r in workers]
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-5, atol=1e-6)
     if staleness:
         for w, per_step in enumerate(pulled):

@@ -22,6 +22,7 @@ from hetplan.errors import InputError
 from hetplan.plan.types import Plan
 from hetplan.run.commands import node_commands, node_run
 from hetplan.run.launch import NodeRun, RunError
+from hetplan.run.layout import run_devices
 from hetplan.run.measure import (
     Measurement,
     default_path,
@@ -168,7 +169,7 @@ def _execute(
 ) -> Measurement | None:
     """Run (this node's ranks of) the plan with a progress line; write the step log. None on a
     node other than the first of a run over several nodes."""
-    ranks = here.ranks if here is not None else list(range(len(plan.devices)))
+    ranks = here.ranks if here is not None else list(range(len(run_devices(plan))))
     with tempfile.TemporaryDirectory(prefix="hetplan-steps-") as tmp:
         logs = Path(tmp)
         training = dataclasses.replace(run.training, log_dir=logs)
@@ -183,7 +184,7 @@ def _execute(
         if raw is None:
             return None
         log_results(logs, raw, plan, run.warmup)
-        merge(logs, len(plan.devices), step_log)
+        merge(logs, len(run_devices(plan)), step_log)
     return summarize(plan, raw, warmup=run.warmup, cluster=clus.name)
 
 

@@ -13,7 +13,6 @@ from rich.table import Table
 from hetplan.cli.output import console
 from hetplan.plan.staleness import is_asynchronous, staleness_text
 from hetplan.report.charts import Bar, gantt_chart
-from hetplan.run.layout import rank_roles
 from hetplan.run.measure import Measurement, memory_error
 from hetplan.serde import to_data
 from hetplan.simulate.timeline import Timeline
@@ -22,7 +21,7 @@ from hetplan.units import fmt_bytes, fmt_seconds
 
 def trace_chart(m: Measurement, timeline: Timeline, path: Path) -> Path:
     """Draw the simulated iteration (iteration 0) and the last executed step, lane per rank."""
-    roles = rank_roles(m.plan)
+    roles = m.ranks  # the workers, then any server-only ranks
     lane = {r.device: r.rank for r in roles}
     sim = [
         Bar(lane=lane[op.device], kind=op.kind, label=_label(op.microbatch), start=op.start,
@@ -71,13 +70,15 @@ def print_report(
         table.add_column(col, justify="left" if col == "device" else "right", no_wrap=True)
     for r in m.ranks:
         table.add_row(
-            str(r.rank), r.device, f"{r.pipeline}.{r.stage}", fmt_seconds(r.step_s),
+            str(r.rank), r.device, f"{r.pipeline}.{r.stage}" if r.stage >= 0 else "server",
+            fmt_seconds(r.step_s),
             fmt_seconds(r.forward_s), fmt_seconds(r.backward_s), fmt_seconds(r.optimizer_s),
             fmt_seconds(r.wait_s), fmt_bytes(r.peak_memory_bytes), _pred_mem(r),
         )  # fmt: skip
     console.print(table)
     console.print(
-        "p.s: pipeline.stage; wait: communication not hidden by compute + idle; "
+        "p.s: pipeline.stage (server: a parameter-server rank that is no worker); "
+        "wait: communication not hidden by compute + idle; "
         f"peak mem: {m.ranks[0].memory_source} of the first step; pred mem: predicted without the "
         "framework allowance (error)"
     )

@@ -19,6 +19,7 @@ from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.plan.types import Plan
 from hetplan.run.launch import NodeRun
+from hetplan.run.layout import run_devices
 from hetplan.serde import to_data
 
 DEFAULT_PORT = 29400  # torchrun's default c10d rendezvous port
@@ -26,7 +27,7 @@ DEFAULT_PORT = 29400  # torchrun's default c10d rendezvous port
 
 def plan_nodes(plan: Plan, cluster: Cluster) -> list[str]:
     """The node of every plan rank (rank r runs plan device r)."""
-    return [cluster.device(d).node for d in plan.devices]
+    return [cluster.device(d).node for d in run_devices(plan)]
 
 
 def node_order(plan: Plan, cluster: Cluster) -> list[str]:

@@ -66,6 +66,28 @@ def rank_roles(plan: Plan) -> list[RankRole]:
     return roles
 
 
+def server_devices(plan: Plan) -> list[str]:
+    """Parameter-server hosts that are not workers: each runs a server-only rank after the
+    workers' ranks."""
+    if plan.strategy != "ps":
+        return []
+    workers = set(plan.devices)
+    return [d for d in dict.fromkeys(plan.ps_devices) if d not in workers]
+
+
+def run_devices(plan: Plan) -> list[str]:
+    """The device of every rank of a run: the workers, then the server-only hosts."""
+    return [*plan.devices, *server_devices(plan)]
+
+
+def server_role(plan: Plan, rank: int) -> RankRole:
+    """The role of a server-only rank (no stage: it reads no data and computes nothing)."""
+    return RankRole(
+        rank=rank, pipeline=-1, stage=-1, num_stages=1, device=run_devices(plan)[rank],
+        layers=(), batch=0, batch_offset=0,
+    )  # fmt: skip
+
+
 def pipeline_ranks(plan: Plan, tp_rank: int = 0) -> list[list[int]]:
     """Ranks of shard ``tp_rank`` of each pipeline, in stage order (the point-to-point
     chains)."""
@@ -108,8 +130,6 @@ def check_executable(plan: Plan, layer_names: list[str]) -> None:
         )
     if plan.strategy not in ("dp", "ps"):
         _check_micro_batches(plan)
-    if plan.strategy == "ps":
-        _check_servers(plan)
     if plan.model.dtype == "fp16" and is_asynchronous(plan):
         raise InputError(
             "model.dtype: fp16's loss scaling skips a step on every rank together; an "
@@ -142,13 +162,3 @@ def _check_micro_batches(plan: Plan) -> None:
                 f"pipelines.{i}.batch ({pipe.batch}) must be a multiple of micro_batches ({m}) "
                 "to run (pipeline stages exchange fixed-shape micro-batches)"
             )
-
-
-def _check_servers(plan: Plan) -> None:
-    workers = set(plan.devices)
-    apart = [d for d in plan.ps_devices if d not in workers]
-    if apart:
-        raise InputError(
-            f"ps_devices: {apart[0]} is not a worker of the plan; servers run co-located with "
-            "workers (separate server processes are not executable yet, see docs/run.md)"
-        )

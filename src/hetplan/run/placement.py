@@ -13,6 +13,7 @@ from __future__ import annotations
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.plan.types import Plan
+from hetplan.run.layout import run_devices
 
 
 def gpu_index(cluster: Cluster, device_id: str) -> int:
@@ -26,7 +27,7 @@ def gpu_index(cluster: Cluster, device_id: str) -> int:
 def rank_devices(plan: Plan, cluster: Cluster) -> list[str]:
     """The torch device of every plan rank, from the cluster file."""
     out = []
-    for dev_id in plan.devices:
+    for dev_id in run_devices(plan):
         dev = cluster.device(dev_id)
         out.append("cpu" if dev.type.is_cpu else f"cuda:{gpu_index(cluster, dev_id)}")
     return out

@@ -28,7 +28,7 @@ from torch import nn
 from hetplan.cost.comm_ps import assign_ps_shards
 from hetplan.plan.types import Plan
 from hetplan.run.executor import Executor
-from hetplan.run.layout import rank_roles
+from hetplan.run.layout import run_devices
 from hetplan.schedule.types import Action
 
 
@@ -39,7 +39,7 @@ def hosted_params(
     tensors = [p for layer in layer_params for p in layer]
     sizes = [p.numel() * p.element_size() for p in tensors]
     assignment = assign_ps_shards(sizes, len(plan.ps_devices), plan.ps_assignment)
-    rank_of = {role.device: role.rank for role in rank_roles(plan)}
+    rank_of = {device: rank for rank, device in enumerate(run_devices(plan))}
     out: dict[int, list[nn.Parameter]] = {}
     for device, idx in zip(plan.ps_devices, assignment, strict=True):
         out.setdefault(rank_of[device], []).extend(tensors[i] for i in idx)
@@ -90,7 +90,7 @@ class PsExecutor(Executor):
 
     def _push(self) -> None:
         """Every shard's gradient summed at its host, which applies its optimizer."""
-        params = [p for ps in self.hosts.values() for p in ps]
+        params = [p for ps in self.hosts.values() for p in ps if not p.is_meta]
         for p in params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
@@ -99,7 +99,7 @@ class PsExecutor(Executor):
             return  # an overflow somewhere: every rank skips the step (loss scaling)
         works = []
         for host, ps in self.hosts.items():
-            flat = _flat_grads(ps)
+            flat = _flat_grads(ps) if not ps[0].is_meta else self._zeros(ps)
             works.append((host, ps, flat, dist.reduce(flat, host, group=self.group, async_op=True)))
         for host, ps, flat, work in works:
             work.wait()
@@ -114,9 +114,32 @@ class PsExecutor(Executor):
             return
         works = []
         for host, ps in self.hosts.items():
-            flat = torch.cat([p.detach().reshape(-1) for p in ps])
+            flat = (
+                self._zeros(ps)
+                if ps[0].is_meta
+                else torch.cat([p.detach().reshape(-1) for p in ps])
+            )
             works.append((ps, flat, dist.broadcast(flat, host, group=self.group, async_op=True)))
         with torch.no_grad():
             for ps, flat, work in works:
                 work.wait()
-                _unflatten(flat, [p.data for p in ps])
+                if not ps[0].is_meta:  # a server-only rank holds only its own shard
+                    _unflatten(flat, [p.data for p in ps])
+
+    def _zeros(self, ps: list[nn.Parameter]) -> torch.Tensor:
+        """A buffer for another host's shard on a server-only rank (which never built it)."""
+        return torch.zeros(sum(p.numel() for p in ps), device=self.device)
+
+
+class ServerExecutor(PsExecutor):
+    """A server-only rank of a synchronous parameter server: it joins each push (receiving its
+    shard's sum and stepping its optimizer) and the pulls that follow (its schedule has the
+    push only: the pulls are each worker's)."""
+
+    def _run(self, act: Action) -> None:
+        start = time.perf_counter()
+        if act.kind != "ps_push":
+            raise RuntimeError(f"a server-only rank runs no {act.kind}")
+        self._push()
+        self._pull()
+        self._record("ps_push", act, start, time.perf_counter())

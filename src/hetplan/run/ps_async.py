@@ -136,11 +136,14 @@ class AsyncPsExecutor(PsExecutor):
         rank: int,
         groups: tuple[Any, Any],
         server: AsyncServer | None,
+        worker: bool = True,
         **kw: Any,
     ) -> None:
         super().__init__(hosts=hosts, rank=rank, group=None, **kw)
         self.up, self.down = groups
         self.server = server
+        self.worker = worker
+        """False on a server-only rank: it pushes nothing and says no goodbye."""
         self.iteration = 0
         self.pulled: list[dict[int, int]] = [dict.fromkeys(hosts, 0)]
         """Per iteration, the version (updates applied) of each host's weights it ran on."""
@@ -187,8 +190,8 @@ class AsyncPsExecutor(PsExecutor):
         self._sends = []
 
     def close(self) -> dict[str, Any]:
-        """Say goodbye to every server, wait for this rank's; the logs of the run."""
-        for host, ps in self.hosts.items():
+        """Say goodbye to every server (a worker), wait for this rank's; the logs of the run."""
+        for host, ps in self.hosts.items() if self.worker else ():
             size = sum(p.numel() for p in ps)
             self._send(host, torch.cat([torch.zeros(size), torch.tensor([BYE])]))
         for w in self._sends:

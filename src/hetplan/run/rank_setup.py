@@ -35,6 +35,7 @@ from hetplan.run.layout import RankRole, pipeline_ranks, stage_ranks, tp_ranks
 from hetplan.run.model import ModelSource, canonical_names
 from hetplan.run.precision import autocast
 from hetplan.run.program import device_actions, execution_schedule
+from hetplan.run.ps import hosted_params
 from hetplan.run.tensor_parallel import local, local_bytes, mesh_of, parallelize_stage
 from hetplan.run.window import WaveSync
 from hetplan.schedule.types import Action
@@ -174,6 +175,36 @@ def setup_rank(
         held_bytes=held_bytes(root),
         tensor_bytes=sizes,
         sharded_logits=sharded_logits,
+    )
+
+
+def setup_server(
+    plan: Plan, role: RankRole, source: ModelSource, seed: int, device: str
+) -> RankSetup:
+    """A server-only rank of a parameter server: only its shard's tensors materialised, the
+    schedule's push as its action list."""
+    meta = source.build_meta()
+    layers = [list(plan.pipelines[0].stages[0].layers)]
+    reads = [stage_state(meta, split_program(meta, layers).stages[0].state_names)]
+    owned = owned_params(meta, layers, reads)
+    names = {id(meta.get_parameter(n)): n for layer in owned[0] for n in layer}
+    meta_params = [[meta.get_parameter(n) for n in layer] for layer in owned[0]]
+    mine = [names[id(p)] for p in hosted_params(plan, meta_params).get(role.rank, [])]
+    root = source.build_part(seed, device, mine)
+    sizes = [[[meta.get_parameter(n).numel() * 4 for n in layer] for layer in owned[0]]]
+    io = StageIO(
+        me=device, stage=-1, num_stages=1, prev_rank=None, next_rank=None, prev_device=None,
+        next_device=None, tin=None, tout=None,
+    )  # fmt: skip
+    return RankSetup(
+        module=root,
+        io=io,
+        actions=device_actions(execution_schedule(plan, sizes), role.device),
+        layer_params=[[root.get_parameter(n) for n in layer] for layer in owned[0]],
+        ties=None,
+        canonical=canonical_names(meta),
+        held_bytes=held_bytes(root),
+        tensor_bytes=sizes,
     )
 
 

@@ -16,7 +16,7 @@ from hetplan.run.checkpoint import find_checkpoint, read_info
 from hetplan.run.data import canonical_ref, load_data
 from hetplan.run.energy import modelled_energy_j
 from hetplan.run.launch import NodeRun, launch_local, launch_node
-from hetplan.run.layout import check_executable
+from hetplan.run.layout import check_executable, run_devices
 from hetplan.run.measure import Measurement, summarize
 from hetplan.run.model import ModelSource, layer_names, source_for
 from hetplan.run.placement import check_local_devices, rank_devices
@@ -45,9 +45,9 @@ def check_plan(
 
 
 def _check_devices(plan: Plan, cluster: Cluster, nodes: bool) -> None:
-    for dev in plan.devices:
+    for dev in run_devices(plan):
         cluster.device(dev)  # InputError for an unknown id
-    spans = {cluster.device(d).node for d in plan.devices}
+    spans = {cluster.device(d).node for d in run_devices(plan)}
     if len(spans) > 1 and not nodes:
         raise InputError(
             f"the plan spans {len(spans)} nodes ({', '.join(sorted(spans))}); run one command "
@@ -152,7 +152,7 @@ def run_plan(
     if timeout_s <= 0:
         raise InputError(f"--timeout must be > 0 seconds (got {timeout_s:g})")
     resume = check_training(plan, train)
-    cpus = [cluster.device(d).cpus for d in plan.devices] if cluster is not None else None
+    cpus = [cluster.device(d).cpus for d in run_devices(plan)] if cluster is not None else None
     payload = _payload(plan, src, steps, warmup, seed, train, resume) | {
         "return_grads": return_grads,
         "tp_layout": layout,
@@ -163,7 +163,7 @@ def run_plan(
         check_local_devices(devices, list(range(len(devices))), _gpus())
     return launch_local(
         ENTRY,
-        len(plan.devices),
+        len(run_devices(plan)),
         payload=payload,
         cpus=cpus,
         timeout_s=timeout_s,
@@ -233,7 +233,7 @@ def run_node(
         GATHER_ENTRY,
         node,
         payload=_payload(plan, src, steps, warmup, seed, train, resume) | {"tp_layout": layout},
-        cpus=[cluster.device(d).cpus for d in plan.devices],
+        cpus=[cluster.device(d).cpus for d in run_devices(plan)],
         timeout_s=timeout_s,
         rdzv_timeout_s=rdzv_timeout_s,
         on_tick=on_tick,

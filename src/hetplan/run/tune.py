@@ -27,6 +27,7 @@ from hetplan.errors import InputError
 from hetplan.plan.objective import Limits, Metrics, Objective
 from hetplan.plan.types import Plan
 from hetplan.run.launch import RunError
+from hetplan.run.layout import run_devices
 from hetplan.run.measure import Measurement, with_prediction
 from hetplan.run.model import ModelSource, source_for
 from hetplan.run.train import Training, check_plan, measure_plan, with_energy
@@ -129,7 +130,7 @@ def trial_budget(n: int, s: TuneSettings) -> int:
 def idle_devices(plan: Plan, cluster: Cluster, measured: Measurement | None = None) -> list[Device]:
     """The cluster's devices that ``plan`` does not use, less the CPU devices of a node whose
     packages a RAPL meter read during ``measured`` (the reading already holds them)."""
-    used = set(plan.devices)
+    used = set(run_devices(plan))
     covered = metered_nodes(measured, cluster) if measured is not None else set()
     return [
         d

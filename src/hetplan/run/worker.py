@@ -29,12 +29,12 @@ from hetplan.run.data import DatasetFeed, Feed, canonical_ref, make_feed
 from hetplan.run.energy import EnergyMeter, meter_for
 from hetplan.run.executor import Executor
 from hetplan.run.launch import RankContext
-from hetplan.run.layout import RankRole, rank_roles
+from hetplan.run.layout import RankRole, rank_roles, run_devices, server_role
 from hetplan.run.memory import measure_step_memory
 from hetplan.run.model import ModelSource
 from hetplan.run.precision import LossScaler
 from hetplan.run.program import is_windowed
-from hetplan.run.ps import PsExecutor, hosted_params
+from hetplan.run.ps import PsExecutor, ServerExecutor, hosted_params
 from hetplan.run.ps_async import AsyncPsExecutor, AsyncServer
 from hetplan.run.rank_setup import (
     Groups,
@@ -42,6 +42,7 @@ from hetplan.run.rank_setup import (
     bucket_sync,
     exchange_templates,
     setup_rank,
+    setup_server,
     wave_sync,
 )
 from hetplan.run.steplog import StepLogWriter
@@ -80,14 +81,18 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     source: ModelSource = payload["source"]
     seed = int(payload.get("seed", 0))
     roles = rank_roles(plan)
-    if len(roles) != ctx.world_size:
-        raise RuntimeError(f"plan has {len(roles)} ranks but the world has {ctx.world_size}")
-    role = roles[ctx.rank]
+    ranks = len(run_devices(plan))
+    if ranks != ctx.world_size:
+        raise RuntimeError(f"plan has {ranks} ranks but the world has {ctx.world_size}")
+    role = roles[ctx.rank] if ctx.rank < len(roles) else server_role(plan, ctx.rank)
     p2p.configure(ctx.via_host or bool(payload.get("p2p_via_host")))
     timeout_s = float(payload.get("collective_timeout_s", COLLECTIVE_TIMEOUT_S))
     groups = Groups(plan, ctx.rank, ctx.world_size, timeout_s)
     tp = (payload["tp_layout"], groups.tp) if plan.tp > 1 else None
-    setup = setup_rank(plan, role, source, seed, ctx.device, tp)
+    if role.stage < 0:
+        setup = setup_server(plan, role, source, seed, ctx.device)
+    else:
+        setup = setup_rank(plan, role, source, seed, ctx.device, tp)
     if setup.ties is not None:
         setup.ties.group = groups.ties
     module = setup.module
@@ -115,7 +120,7 @@ def train_rank(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     sample = None
     if role.stage == 0:
         sample = feed.batch(start.step, role.pipeline, ctx.device)[0][:micro]
-    io = exchange_templates(setup, sample, ctx.device, dtype)
+    io = setup.io if role.stage < 0 else exchange_templates(setup, sample, ctx.device, dtype)
     scaler = LossScaler(dtype == "fp16", groups.world)
     scaler.scale = start.loss_scale if scaler.enabled else 1.0
     common: dict[str, Any] = {
@@ -156,11 +161,16 @@ def _executor(
         window.wave = wave_sync(setup, plan, groups, window.record_collective)
         window.fetch = functools.partial(_read, feed, role, ctx.device)
         return window
+    if role.stage < 0 and not plan.ps_async:
+        return ServerExecutor(
+            hosts=hosts, rank=ctx.rank, group=groups.world, actions=setup.actions, **common
+        )
     if plan.strategy == "ps" and plan.ps_async:
         return _async_ps(plan, payload, ctx, groups, hosts, setup.actions, common)
     if plan.strategy == "ps":
-        group = groups.stage if groups.stage is not None else groups.world
-        return PsExecutor(hosts=hosts, rank=ctx.rank, group=group, actions=setup.actions, **common)
+        return PsExecutor(
+            hosts=hosts, rank=ctx.rank, group=groups.world, actions=setup.actions, **common
+        )
     executor = Executor(actions=setup.actions, **common)
     executor.sync = bucket_sync(setup, plan, groups, executor.record_collective)
     return executor
@@ -180,15 +190,16 @@ def _async_ps(
     if ctx.rank in hosts:
         server = AsyncServer(
             rank=ctx.rank,
-            workers=list(range(ctx.world_size)),
+            workers=list(range(len(rank_roles(plan)))),
             params=hosts[ctx.rank],
             make_optimizer=lambda ps: make_optimizer(plan.optimizer, ps, payload.get("lr")),
             staleness=plan.staleness,
             groups=groups.ps,
         )
     return AsyncPsExecutor(
-        hosts=hosts, rank=ctx.rank, groups=groups.ps, server=server, actions=actions, **common
-    )
+        hosts=hosts, rank=ctx.rank, groups=groups.ps, server=server, actions=actions,
+        worker=ctx.rank < len(rank_roles(plan)), **common,
+    )  # fmt: skip
 
 
 def _read(
