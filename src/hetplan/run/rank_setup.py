@@ -154,13 +154,13 @@ def setup_rank(
         sharded_logits = parallelize_stage(root, stages[role.stage], layout, mesh_of(tp[1], device))
     reads = [stage_state(meta, st.state_names) for st in meta_split.stages]
     owned = owned_params(meta, stages, reads)
+    sharded = set(layout.sharded_params()) if layout is not None else set()
+    # 4 B: gradients of fp32 master weights, whatever the autocast dtype.
     sizes = [
-        [
-            [local_bytes(n, meta.get_parameter(n).numel(), 4, layout, plan.tp) for n in layer]
-            for layer in st
-        ]
+        [[local_bytes(meta.get_parameter(n).numel(), 4, n in sharded, plan.tp) for n in layer]
+         for layer in st]
         for st in owned
-    ]  # fmt: skip  (4 B: gradients of fp32 master weights, whatever the autocast dtype)
+    ]  # fmt: skip
     schedule = execution_schedule(plan, sizes)
     actions = device_actions(schedule, role.device)
     layer_params = [[module.get_parameter(n) for n in layer] for layer in owned[role.stage]]
@@ -178,20 +178,26 @@ def setup_rank(
     )
 
 
+def one_stage_params(plan: Plan, model: nn.Module) -> list[list[str]]:
+    """Per layer, the parameter FQNs a one-stage plan's worker owns (what a parameter server
+    shards, in the order :func:`hetplan.run.ps.hosted_params` assigns them)."""
+    layers = [list(plan.pipelines[0].stages[0].layers)]
+    reads = [stage_state(model, split_program(model, layers).stages[0].state_names)]
+    return owned_params(model, layers, reads)[0]
+
+
 def setup_server(
     plan: Plan, role: RankRole, source: ModelSource, seed: int, device: str
 ) -> RankSetup:
     """A server-only rank of a parameter server: only its shard's tensors materialised, the
     schedule's push as its action list."""
     meta = source.build_meta()
-    layers = [list(plan.pipelines[0].stages[0].layers)]
-    reads = [stage_state(meta, split_program(meta, layers).stages[0].state_names)]
-    owned = owned_params(meta, layers, reads)
-    names = {id(meta.get_parameter(n)): n for layer in owned[0] for n in layer}
-    meta_params = [[meta.get_parameter(n) for n in layer] for layer in owned[0]]
+    owned = one_stage_params(plan, meta)
+    names = {id(meta.get_parameter(n)): n for layer in owned for n in layer}
+    meta_params = [[meta.get_parameter(n) for n in layer] for layer in owned]
     mine = [names[id(p)] for p in hosted_params(plan, meta_params).get(role.rank, [])]
     root = source.build_part(seed, device, mine)
-    sizes = [[[meta.get_parameter(n).numel() * 4 for n in layer] for layer in owned[0]]]
+    sizes = [[[meta.get_parameter(n).numel() * 4 for n in layer] for layer in owned]]
     io = StageIO(
         me=device, stage=-1, num_stages=1, prev_rank=None, next_rank=None, prev_device=None,
         next_device=None, tin=None, tout=None,
@@ -200,7 +206,7 @@ def setup_server(
         module=root,
         io=io,
         actions=device_actions(execution_schedule(plan, sizes), role.device),
-        layer_params=[[root.get_parameter(n) for n in layer] for layer in owned[0]],
+        layer_params=[[root.get_parameter(n) for n in layer] for layer in owned],
         ties=None,
         canonical=canonical_names(meta),
         held_bytes=held_bytes(root),

@@ -15,12 +15,11 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from hetplan.graph.split import split_program, stage_state
 from hetplan.plan.types import Plan
 from hetplan.run.data import Feed, make_feed
 from hetplan.run.model import ModelSource
 from hetplan.run.ps import hosted_params
-from hetplan.run.rank_setup import owned_params
+from hetplan.run.rank_setup import one_stage_params
 
 Key = tuple[int, int]  # (worker, iteration)
 
@@ -76,9 +75,7 @@ def replay_async_ps(
 
 def _hosts(plan: Plan, model: nn.Module) -> dict[int, list[nn.Parameter]]:
     """The run's shard assignment over the whole model (one stage: every layer)."""
-    layers = [list(plan.pipelines[0].stages[0].layers)]
-    reads = [stage_state(model, split_program(model, layers).stages[0].state_names)]
-    names = owned_params(model, layers, reads)[0]
+    names = one_stage_params(plan, model)
     return hosted_params(plan, [[model.get_parameter(n) for n in layer] for layer in names])
 
 

@@ -61,11 +61,10 @@ def layout_for(plan: Plan, model: nn.Module, layers: Sequence[str]) -> TpLayout 
     return layout
 
 
-def local_bytes(name: str, numel: int, itemsize: int, layout: TpLayout | None, tp: int) -> int:
-    """Bytes of a rank's part of parameter ``name`` (``numel`` elements in the full model)."""
-    if layout is None or name not in layout.sharded_params():
-        return numel * itemsize
-    return -(-numel // tp) * itemsize
+def local_bytes(numel: int, itemsize: int, sharded: bool, tp: int) -> int:
+    """Bytes of a rank's part of a parameter of ``numel`` elements (split over ``tp`` ranks
+    if ``sharded``)."""
+    return (-(-numel // tp) if sharded else numel) * itemsize
 
 
 def _in(fqn: str, prefixes: Sequence[str]) -> bool:
@@ -87,8 +86,8 @@ def parallelize_stage(
     vocab = layout.vocab
     if vocab is None:
         return False
-    here = [m for m in (vocab.embedding, vocab.head) if m is not None and _in(m, layers)]
-    if vocab.tied and len(here) == 2 and vocab.head is not None:  # parallelize_module unties
+    both = vocab.head is not None and _in(vocab.head, layers) and _in(vocab.embedding, layers)
+    if vocab.tied and both and vocab.head is not None:  # parallelize_module unties
         emb = root.get_submodule(vocab.embedding)
         root.get_submodule(vocab.head).weight = emb.weight
     elif _in(vocab.embedding, layers):
