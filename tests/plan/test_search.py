@@ -265,8 +265,9 @@ def test_progress_reports_both_phases() -> None:
         lambda phase, done, total: calls.append((phase, done, total)),
     )
     phases = [c[0] for c in calls]
-    assert set(phases) == {"screening", "simulating"}
-    assert phases.index("simulating") > max(i for i, p in enumerate(phases) if p == "screening")
+    assert set(phases) == {"screening subsets", "screening pipelines", "simulating"}
+    last_screen = max(i for i, p in enumerate(phases) if p.startswith("screening"))
+    assert phases.index("simulating") > last_screen
     assert all(1 <= done <= total for _, done, total in calls)
     last_sim = [c for c in calls if c[0] == "simulating"][-1]
     assert last_sim[1] == last_sim[2] == ranking.simulated

@@ -232,3 +232,46 @@ def allreduce_time(
     if algorithm == "tree":
         return tree + overhead
     return min(ring, tree) + overhead
+
+
+def grouped_allreduce_time(
+    nbytes: float,
+    nodes: Sequence[tuple[int, Link | None, Link | None, int]],
+    overhead_s: float,
+) -> float:
+    """``allreduce_time`` (``auto``) from counts: ``nodes`` lists ``(devices on the node, its
+    intra-node link, its network link, how many such nodes)``, the ring ordered node by node.
+
+    Equal to ``allreduce_time`` over the concrete devices when no pair override touches them
+    (the planner's symmetric screening; ``tests/cost`` checks it against the concrete form):
+    a node of ``k`` devices rings over ``k`` edges of its intra link; the leaders' ring has
+    one edge out of and into each node, so no NIC is shared, and its slowest edge has the
+    lowest network bandwidth and the highest network latency of the nodes used. Cost
+    O(len(nodes)), whatever the device count.
+    """
+    used = [(k, intra, net) for k, intra, net, count in nodes if k > 0 and count > 0]
+    world = sum(k * count for k, _, _, count in nodes if k > 0 and count > 0)
+    if world <= 1 or nbytes <= 0:
+        return 0.0
+    machines = sum(count for k, _, _, count in nodes if k > 0 and count > 0)
+
+    def intra_phase(k: int, link: Link | None) -> float:
+        if k <= 1:
+            return 0.0
+        if link is None:
+            raise ValueError("a node with several devices has no intra-node link")
+        return (k - 1) * (link.latency_s + nbytes / (k * link.bandwidth))
+
+    if machines == 1:
+        k, intra, _ = used[0]
+        assert intra is not None  # world > 1 on one node: intra_phase checks it
+        ring = 2 * intra_phase(k, intra)
+        tree = tree_allreduce_time(nbytes, k, intra.bandwidth, intra.latency_s)
+        return min(ring, tree) + overhead_s
+    nets = [net for _, _, net in used]
+    if any(net is None for net in nets):
+        raise ValueError("a node of a multi-node allreduce has no network link")
+    bw = min(net.bandwidth for net in nets if net is not None)
+    lat = max(net.latency_s for net in nets if net is not None)
+    intra = max(intra_phase(k, link) for k, link, _ in used)
+    return 2 * intra + ring_allreduce_time(nbytes, machines, bw, lat) + overhead_s

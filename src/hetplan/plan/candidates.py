@@ -9,23 +9,19 @@ family. Estimates never decide the final ranking.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from hetplan.cost.comm import (
-    allreduce_time,
-    ddp_buckets,
-    overlapped_allreduce_exposed,
-    ps_sync_time,
-)
+from hetplan.cost.comm import allreduce_time, ps_sync_time
 from hetplan.cost.memory import framework_overhead_bytes, grad_scale, grad_tensor_bytes, is_gpu
 from hetplan.cost.tp import tp_share
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.devices import group_balanced, groups_by_node, pipeline_orders, split_batch
 from hetplan.plan.partition import Partition, PartitionInfeasible, equal_split
+from hetplan.plan.replicas import DpEstimate, dp_estimate, expand
 from hetplan.plan.slots import partition_for
-from hetplan.plan.tp import members
-from hetplan.plan.types import PipelinePlan, StagePlan, Strategy
+from hetplan.plan.tp import SEP, members
+from hetplan.plan.types import PipelinePlan, Plan, StagePlan, Strategy
 
 MICROBATCH_FACTORS = (1, 2, 4)
 """Micro-batches tried per pipeline, as multiples of its number of stages (GPipe: m >= 4S
@@ -51,77 +47,71 @@ def grad_bytes(graph: ModelGraph, start: int = 0, end: int | None = None, tp: in
 
 def dp_candidate(ctx: Context, devices: Sequence[str], *, equal: bool = False) -> Candidate | None:
     """Data parallel; the batch split in proportion to device speed (or equally), with
-    gradient accumulation over the fewest micro-batches that fit in memory (None if none)."""
-    n = len(devices)
-    ref = max(1, ctx.batch // n)
-    weights = [1.0] * n if equal else [ctx.pricing.speed(d, ref) for d in devices]
-    shares = split_batch(ctx.batch, weights)
-    m = _accumulation(ctx, devices, shares)
-    if m is None:
+    gradient accumulation over the fewest micro-batches that fit in memory (None if none).
+    Replicas of one device kind are priced once (``plan.replicas``)."""
+    groups: dict[object, list[str]] = {}
+    for d in devices:
+        if SEP in d:
+            key: object = d  # a TP group's cost depends on its members' links
+        else:
+            dev = ctx.pricing.cluster.device(d)
+            key = (dev.type.name, dev.speed)
+        groups.setdefault(key, []).append(d)
+    slots = [g[0] for g in groups.values()]
+    counts = [len(g) for g in groups.values()]
+    ring = [members(d)[0] for d in devices]  # one DP group per TP rank; they run in parallel
+    cluster = ctx.pricing.cluster
+    est = dp_estimate(
+        ctx, slots, counts, lambda nbytes: allreduce_time(nbytes, ring, cluster), equal=equal
+    )
+    if est is None:
         return None
-    busy = {
-        d: m * ctx.pricing.step_time(d, math.ceil(b / m))
-        for d, b in zip(devices, shares, strict=True)
-    }
-    slowest = max(busy, key=busy.__getitem__)
-    exposed = _exposed_allreduce(ctx, devices, slowest, shares[list(devices).index(slowest)])
-    pipes = [
-        PipelinePlan(stages=[StagePlan(layers=ctx.layer_names, devices=members(d))], batch=b)
-        for d, b in zip(devices, shares, strict=True)
-    ]
-    accumulate = f", {m} micro-batches" if m > 1 else ""
+    placed = (list(groups.values()), tuple(devices))
     tp = len(members(devices[0]))
-    label = f"dp x{n}" + (f" of tp{tp} groups" if tp > 1 else "")
+    return dp_from_estimate(ctx, est, lambda: placed, replicas=len(devices), tp=tp, equal=equal)
+
+
+Placement = tuple[list[list[str]], tuple[str, ...]]
+"""The slots of each replica group, and all slots in cluster order."""
+
+
+def dp_from_estimate(
+    ctx: Context,
+    est: DpEstimate,
+    place: Callable[[], Placement],
+    *,
+    replicas: int,
+    tp: int,
+    equal: bool,
+) -> Candidate:
+    """The candidate of ``est``; ``place`` gives the concrete slots, called only when the
+    plan is built (a shortlisted candidate)."""
+    m = est.micro_batches
+
+    def build() -> Plan:
+        groups, order = place()
+        batch = {
+            d: b
+            for g, bs in zip(groups, expand(est.shares, [len(g) for g in groups]), strict=True)
+            for d, b in zip(g, bs, strict=True)
+        }
+        names = ctx.layer_names
+        pipes = [
+            PipelinePlan(stages=[StagePlan(layers=list(names), devices=members(d))], batch=batch[d])
+            for d in order
+        ]
+        return ctx.plan("dp", pipes, micro_batches=m)
+
+    accumulate = f", {m} micro-batches" if m > 1 else ""
+    label = f"dp x{replicas}" + (f" of tp{tp} groups" if tp > 1 else "")
     label += (" equal batch" if equal else " batch by speed") + accumulate
     return Candidate(
         family="dp",
         label=label,
-        plan=ctx.plan("dp", pipes, micro_batches=m),
-        estimate=ctx.metrics(busy[slowest] + exposed, busy),
+        build=build,
+        estimate=est.metrics,
         baseline="dp-equal" if equal else None,
     )
-
-
-def _accumulation(ctx: Context, devices: Sequence[str], shares: Sequence[int]) -> int | None:
-    """Fewest micro-batches (a power of two) with which every replica fits in memory."""
-    synced = len(devices) > 1
-    m = 1
-    while m <= min(shares):
-        fits = True
-        for d, b in zip(devices, shares, strict=True):
-            dtype = ctx.pricing.device_type(d)
-            tp = len(members(d))
-            layers = ctx.pricing.layer_mem(math.ceil(b / m), 1, ctx.optimizer, synced=synced, tp=tp)
-            need = framework_overhead_bytes(is_gpu(dtype)) + float(layers.sum())
-            need += ctx.pricing.workspace(math.ceil(b / m), tp)
-            if need > dtype.memory_bytes:
-                fits = False
-                break
-        if fits:
-            return m
-        m *= 2
-    return None
-
-
-def _exposed_allreduce(ctx: Context, devices: Sequence[str], slowest: str, batch: int) -> float:
-    """Gradient allreduce left after the slowest replica's backward (DDP buckets, overlap)."""
-    if len(devices) < 2:
-        return 0.0
-    _, bwd = ctx.pricing.layers(slowest, batch)
-    share = ctx.pricing.tp_shares(len(members(slowest)))
-    tensors = grad_tensor_bytes(ctx.graph.layers, ctx.graph.dtype)
-    # A TP rank syncs its shard of a split layer's gradients, a replicated layer's whole.
-    buckets = ddp_buckets([[int(b * f) for b in t] for t, f in zip(tensors, share, strict=True)])
-    cluster = ctx.pricing.cluster
-    ring = [members(d)[0] for d in devices]  # one DP group per TP rank; they run in parallel
-    memo: dict[float, float] = {}
-
-    def allreduce(nbytes: float) -> float:
-        if nbytes not in memo:
-            memo[nbytes] = allreduce_time(nbytes, ring, cluster)
-        return memo[nbytes]
-
-    return overlapped_allreduce_exposed(list(bwd), buckets, allreduce)
 
 
 def ps_candidate(ctx: Context, devices: Sequence[str], dp: Candidate) -> Candidate:
@@ -140,16 +130,19 @@ def ps_candidate(ctx: Context, devices: Sequence[str], dp: Candidate) -> Candida
         ctx.pricing.cluster,
         policy="size",
     ).sync_s
-    plan = ctx.plan(
-        "ps",
-        dp.plan.pipelines,
-        micro_batches=dp.plan.micro_batches,
-        ps_devices=list(devices),
-        ps_assignment="size",
-    )
+
+    def build() -> Plan:
+        return ctx.plan(
+            "ps",
+            dp.plan.pipelines,
+            micro_batches=dp.plan.micro_batches,
+            ps_devices=list(devices),
+            ps_assignment="size",
+        )
+
     label = f"ps x{len(devices)} co-located shards"
     estimate = ctx.metrics(max(busy.values()) + sync, busy)
-    return Candidate(family="ps", label=label, plan=plan, estimate=estimate)
+    return Candidate(family="ps", label=label, build=build, estimate=estimate)
 
 
 def _divisor_at_least(batch: int, target: int) -> int:
@@ -230,7 +223,7 @@ def pipeline_at(
         family=strategy,
         label=f"{strategy} {part.num_stages} stages, {m} micro-batches"
         + (", recompute" if recompute else ""),
-        plan=plan,
+        build=lambda: plan,
         estimate=ctx.metrics(time_s, busy),
         slots=slots,
     )
@@ -283,7 +276,7 @@ def equal_pipeline(ctx: Context, devices: Sequence[str]) -> Candidate:
     return Candidate(
         family="gpipe",
         label=f"gpipe {n} stages equal layers, {m} micro-batches" + ("" if fits else ", recompute"),
-        plan=plan,
+        build=lambda: plan,
         estimate=ctx.metrics(time_s, busy),
         baseline="equal-pipeline",
     )
@@ -347,7 +340,7 @@ def _hybrid_at(ctx: Context, slots: tuple[tuple[str, ...], ...], m: int) -> Cand
     return Candidate(
         family="hybrid",
         label=f"hybrid {len(slots)} x {part.num_stages} stages, {m} micro-batches",
-        plan=ctx.plan("hybrid", pipes, micro_batches=m),
+        build=lambda: ctx.plan("hybrid", pipes, micro_batches=m),
         estimate=ctx.metrics(pipe_time + sync, busy),
         slots=slots,
     )

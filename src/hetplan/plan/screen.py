@@ -18,12 +18,16 @@ from hetplan.plan.candidates import (
     pipeline_candidates,
     ps_candidate,
 )
+from hetplan.plan.classes import Selection
 from hetplan.plan.context import Candidate, Context
-from hetplan.plan.devices import subsets
 from hetplan.plan.objective import Objective
 from hetplan.plan.options import RUNNABLE, Progress, SearchOptions
+from hetplan.plan.subsets import Space, subset_space
 from hetplan.plan.tp import TP_DEGREES, has_tp_units, splits_at, tp_groups
 
+PS_SUBSETS = 8
+"""Subsets (best by the data-parallel estimate) that get a parameter-server candidate when the
+subset space is too large to give every subset one."""
 PIPELINED_SUBSETS = 8
 """Device subsets (best by a balanced-throughput bound) that get pipelined candidates."""
 TP_SUBSETS = 4
@@ -37,35 +41,49 @@ def screen(
     rejected: Counter[str],
     progress: Progress | None,
 ) -> list[Candidate]:
-    """Data parallel and PS on every subset; pipelines and hybrids on the most promising."""
+    """Data parallel on every subset of the symmetric space (``plan.subsets``), the parameter
+    server on all of them when the space is small and on the PS_SUBSETS best by the data-
+    parallel estimate otherwise; pipelines, hybrids and TP on the most promising."""
     opts = _allowed(ctx, opts, rejected)
-    subs = [s for s in subsets(cluster, opts.limits.max_devices) if len(s) <= ctx.batch]
-    pool: list[Candidate] = []
-    for devices in subs:
-        dp = dp_candidate(ctx, devices)
-        if dp is None:
-            rejected["out of memory"] += 1
-            continue
-        pool += [dp] if "dp" in opts.families else []
-        if "ps" in opts.families and len(devices) > 1:
-            pool.append(ps_candidate(ctx, devices, dp))
+    space = subset_space(ctx, cluster, opts, progress)
+    fits = [(sel, c) for sel, c in zip(space.selections, space.dp, strict=True) if c is not None]
+    if len(space.dp) > len(fits):
+        rejected["out of memory"] += len(space.dp) - len(fits)
+    pool: list[Candidate] = [c for _, c in fits] if "dp" in opts.families else []
+    if "ps" in opts.families:
+        multi = [(sel, c) for sel, c in fits if space.sym.size(sel) > 1]
+        if not space.exhaustive:
+            scores = opts.objective.scores([c.estimate for _, c in multi])
+            order = sorted(range(len(multi)), key=scores.__getitem__)
+            multi = [multi[i] for i in order[:PS_SUBSETS]]
+        pool.extend(ps_candidate(ctx, space.devices(sel), dp) for sel, dp in multi)
     piped = [s for s in ("gpipe", "1f1b", "pipedream") if s in opts.families]
-    shallow = [s for s in subs if 1 < len(s) <= MAX_PIPELINE_STAGES] if piped else []
-    deep = [s for s in subs if len(s) > 3] if "hybrid" in opts.families else []
-    work = [(s, True) for s in _promising(ctx, shallow, opts.objective)]
-    work += [(s, False) for s in _promising(ctx, deep, opts.objective)]
-    for i, (devices, single) in enumerate(work):
+    sizes = [space.sym.size(sel) for sel in space.selections]
+    sels = space.selections
+    shallow = [s for s, n in zip(sels, sizes, strict=True) if 1 < n <= MAX_PIPELINE_STAGES]
+    deep = [s for s, n in zip(sels, sizes, strict=True) if n > 3]
+    work = [(s, True) for s in _promising(ctx, space, shallow if piped else [], opts.objective)]
+    hybrid = "hybrid" in opts.families
+    work += [(s, False) for s in _promising(ctx, space, deep if hybrid else [], opts.objective)]
+    for i, (sel, single) in enumerate(work):
+        devices = space.devices(sel)
         if single:
             pool.extend(pipeline_candidates(ctx, devices, piped))  # type: ignore[arg-type]
         else:
             pool.extend(hybrid_candidates(ctx, devices))
         if progress is not None:
-            progress("screening", i + 1, len(work))
+            progress("screening pipelines", i + 1, len(work))
     if has_tp_units(ctx.graph):
-        pool.extend(_tensor_parallel(ctx, cluster, subs, opts))
+        pool.extend(_tensor_parallel(ctx, cluster, space, opts))
     if not pool and not rejected:
         rejected["no candidate: no requested strategy applies to these devices"] += 1
     return pool
+
+
+def _shortlist_by(cands: Sequence[Candidate], objective: Objective, keep: int) -> list[Candidate]:
+    scores = objective.scores([c.estimate for c in cands])
+    order = sorted(range(len(cands)), key=scores.__getitem__)
+    return [cands[i] for i in order[:keep]]
 
 
 def _allowed(ctx: Context, opts: SearchOptions, rejected: Counter[str]) -> SearchOptions:
@@ -83,7 +101,7 @@ def _allowed(ctx: Context, opts: SearchOptions, rejected: Counter[str]) -> Searc
 
 
 def _tensor_parallel(
-    ctx: Context, cluster: Cluster, subs: Sequence[tuple[str, ...]], opts: SearchOptions
+    ctx: Context, cluster: Cluster, space: Space, opts: SearchOptions
 ) -> list[Candidate]:
     """Models with tensor-parallel units (``plan.tp.has_tp_units``): TP groups inside nodes
     as slots of data parallel, single pipelines (gpipe, 1f1b) and hybrids, on the subsets most
@@ -91,9 +109,10 @@ def _tensor_parallel(
     (``hetplan train``); ps, pipedream and wsp get no TP variant (``search.unrunnable``)."""
     out: list[Candidate] = []
     piped = [s for s in ("gpipe", "1f1b") if s in opts.families]
-    multi = [s for s in subs if len(s) > 1]
+    multi = [s for s in space.selections if space.sym.size(s) > 1]
     degrees = [tp for tp in TP_DEGREES if splits_at(ctx.graph, tp)]
-    for devices in _promising(ctx, multi, opts.objective)[:TP_SUBSETS]:
+    for sel in _promising(ctx, space, multi, opts.objective)[:TP_SUBSETS]:
+        devices = space.devices(sel)
         for tp in degrees:
             groups = tp_groups(cluster, devices, tp)
             if groups is None:
@@ -109,16 +128,21 @@ def _tensor_parallel(
 
 
 def _promising(
-    ctx: Context, subs: Sequence[tuple[str, ...]], objective: Objective
-) -> list[tuple[str, ...]]:
+    ctx: Context, space: Space, sels: Sequence[Selection], objective: Objective
+) -> list[Selection]:
     """The PIPELINED_SUBSETS subsets best by a perfectly balanced bound: every device busy,
-    the batch done at the summed throughput of the subset (no bubble, no communication)."""
-    if len(subs) <= PIPELINED_SUBSETS:
-        return list(subs)
+    the batch done at the summed throughput of the subset (no bubble, no communication);
+    priced from class counts."""
+    if len(sels) <= PIPELINED_SUBSETS:
+        return list(sels)
+    classes = space.sym.classes
+    speed = [ctx.pricing.speed(c.rep, 1) for c in classes]
     bounds = []
-    for devices in subs:
-        time_s = ctx.batch / sum(ctx.pricing.speed(d, 1) for d in devices)
-        bounds.append(ctx.metrics(time_s, dict.fromkeys(devices, time_s)))
+    for sel in sels:
+        counts = space.sym.counts(sel)
+        time_s = ctx.batch / sum(n * v for n, v in zip(counts, speed, strict=True))
+        rows = [(c.rep, n, time_s) for c, n in zip(classes, counts, strict=True) if n]
+        bounds.append(ctx.metrics_counts(time_s, rows))
     scores = objective.scores(bounds)
-    order = sorted(range(len(subs)), key=scores.__getitem__)
-    return [subs[i] for i in order[:PIPELINED_SUBSETS]]
+    order = sorted(range(len(sels)), key=scores.__getitem__)
+    return [sels[i] for i in order[:PIPELINED_SUBSETS]]
