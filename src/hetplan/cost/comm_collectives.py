@@ -193,6 +193,13 @@ def _groups_by_node(devices: Sequence[str], cluster: Cluster) -> list[list[str]]
     return list(groups.values())
 
 
+def _node_counts(
+    devices: Sequence[str], cluster: Cluster
+) -> list[tuple[int, Link | None, Link | None, int]]:
+    per = Counter(cluster.device(d).node for d in devices)
+    return [(k, cluster.intra_links.get(n), cluster.network.get(n), 1) for n, k in per.items()]
+
+
 def allreduce_time(
     nbytes: float,
     devices: Sequence[str],
@@ -220,6 +227,9 @@ def allreduce_time(
     overhead = (
         cluster.collective_overhead_s if collective_overhead_s is None else collective_overhead_s
     )
+    if algorithm == "auto" and not cluster.pair_links:
+        # Same value from per-node counts, without building the ring (see its docstring).
+        return grouped_allreduce_time(nbytes, _node_counts(devices, cluster), overhead)
     groups = _groups_by_node(devices, cluster)
     if algorithm == "hierarchical" or (algorithm == "auto" and len(groups) > 1):
         return hierarchical_allreduce_time(nbytes, groups, cluster) + overhead
@@ -242,8 +252,8 @@ def grouped_allreduce_time(
     """``allreduce_time`` (``auto``) from counts: ``nodes`` lists ``(devices on the node, its
     intra-node link, its network link, how many such nodes)``, the ring ordered node by node.
 
-    Equal to ``allreduce_time`` over the concrete devices when no pair override touches them
-    (the planner's symmetric screening; ``tests/cost`` checks it against the concrete form):
+    Equal to ``allreduce_time`` over the concrete devices, in any order, when no pair
+    override touches them (``tests/cost`` checks it against the ring construction):
     a node of ``k`` devices rings over ``k`` edges of its intra link; the leaders' ring has
     one edge out of and into each node, so no NIC is shared, and its slowest edge has the
     lowest network bandwidth and the highest network latency of the nodes used. Cost
@@ -263,15 +273,16 @@ def grouped_allreduce_time(
         return (k - 1) * (link.latency_s + nbytes / (k * link.bandwidth))
 
     if machines == 1:
-        k, intra, _ = used[0]
-        assert intra is not None  # world > 1 on one node: intra_phase checks it
-        ring = 2 * intra_phase(k, intra)
-        tree = tree_allreduce_time(nbytes, k, intra.bandwidth, intra.latency_s)
+        k, link, _ = used[0]
+        if link is None:
+            raise ValueError("a node with several devices has no intra-node link")
+        ring = 2 * intra_phase(k, link)
+        tree = tree_allreduce_time(nbytes, k, link.bandwidth, link.latency_s)
         return min(ring, tree) + overhead_s
     nets = [net for _, _, net in used]
     if any(net is None for net in nets):
         raise ValueError("a node of a multi-node allreduce has no network link")
     bw = min(net.bandwidth for net in nets if net is not None)
     lat = max(net.latency_s for net in nets if net is not None)
-    intra = max(intra_phase(k, link) for k, link, _ in used)
-    return 2 * intra + ring_allreduce_time(nbytes, machines, bw, lat) + overhead_s
+    inside = max(intra_phase(k, link) for k, link, _ in used)
+    return 2 * inside + ring_allreduce_time(nbytes, machines, bw, lat) + overhead_s

@@ -7,6 +7,7 @@ nodes per type, so a 64-device cluster of 4 types on 8 nodes yields 80 subsets.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -114,12 +115,13 @@ def group_balanced(
         raise ValueError(f"{len(devices)} devices cannot form {groups} equal groups")
     size = len(devices) // groups
     out: list[list[str]] = [[] for _ in range(groups)]
-    power = [0.0] * groups
+    # Open groups by (speed so far, index): the slowest, lowest-index group first.
+    heap = [(0.0, g) for g in range(groups)]
     for d in sorted(devices, key=lambda d: -speed[d]):
-        open_groups = [g for g in range(groups) if len(out[g]) < size]
-        g = min(open_groups, key=lambda g: power[g])
+        power, g = heapq.heappop(heap)
         out[g].append(d)
-        power[g] += speed[d]
+        if len(out[g]) < size:
+            heapq.heappush(heap, (power + speed[d], g))
     return out
 
 

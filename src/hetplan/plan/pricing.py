@@ -19,6 +19,7 @@ from hetplan.cost.memory import (
 from hetplan.cost.tp import tp_comm_time, tp_layer_key, tp_output_share, tp_share
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import ModelGraph
+from hetplan.plan.classes import symmetry
 from hetplan.plan.tp import SEP, members
 
 Floats = NDArray[np.float64]
@@ -34,6 +35,9 @@ class Pricing:
     _cache: dict[tuple[str, float, int], tuple[Floats, Floats]] = field(default_factory=dict)
     _mem_base: tuple[Floats, Floats, Floats, Floats, Floats] | None = None
     _shares: dict[int, Floats] = field(default_factory=dict)
+    _shapes: dict[str, int] | None = None
+    _kinds: dict[str, tuple[tuple[object, ...], str]] = field(default_factory=dict)
+    _steps: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def layers(self, device_id: str, batch: int) -> tuple[Floats, Floats]:
         """Forward and backward seconds of every layer on ``device_id`` (a device or a TP
@@ -78,6 +82,24 @@ class Pricing:
         self._cache[key] = (fwd, bwd)
         return fwd, bwd
 
+    def signature(self, slot: str, nodes: dict[str, int]) -> tuple[object, ...]:
+        """What prices ``slot`` inside one replica: its members' kind, the shape of their
+        node (``plan.classes``) and which earlier slot of the replica shares that node
+        (``nodes``: node -> first position, filled as the replica is walked). A cluster with
+        per-pair link overrides has no shapes: the slot itself is its signature."""
+        if self.cluster.pair_links:
+            return (slot,)
+        hit = self._kinds.get(slot)
+        if hit is None:
+            if self._shapes is None:
+                sym = symmetry(self.cluster)
+                self._shapes = {n: s.index for s in sym.shapes for n in s.nodes}
+            ids = members(slot)
+            dev = self.cluster.device(ids[0])
+            kind = (dev.type.name, dev.speed, len(ids), self._shapes[dev.node])
+            hit = self._kinds[slot] = (kind, dev.node)
+        return (*hit[0], nodes.setdefault(hit[1], len(nodes)))
+
     def tp_shares(self, tp: int) -> Floats:
         """Per layer, the share one of ``tp`` TP ranks computes and holds (``cost.tp.tp_share``)."""
         hit = self._shares.get(tp)
@@ -99,8 +121,12 @@ class Pricing:
 
     def step_time(self, device_id: str, batch: int) -> float:
         """Forward + backward seconds of the whole model for ``batch`` samples."""
-        fwd, bwd = self.layers(device_id, batch)
-        return float(fwd.sum() + bwd.sum())
+        key = (device_id, batch)
+        hit = self._steps.get(key)
+        if hit is None:
+            fwd, bwd = self.layers(device_id, batch)
+            hit = self._steps[key] = float(fwd.sum() + bwd.sum())
+        return hit
 
     def speed(self, device_id: str, batch: int) -> float:
         """Samples per second of the whole model at ``batch`` samples per step."""

@@ -99,10 +99,10 @@ def search(
     refined += [r for c in refined for r in refine(ctx, c)]
     chosen = _final_list(refined, opts.objective)
     failures: dict[str, str] = {}
-    baselines = _baselines(ctx, cluster, failures)
-    todo = _unique(list(baselines.values()) + chosen)
-    simulated = _simulate(ctx, todo, opts, rejected, failures, progress)
-    ranking = _rank(simulated, opts, rejected)
+    base = baselines(ctx, cluster, failures)
+    todo = unique(list(base.values()) + chosen)
+    simulated = simulate(ctx, todo, opts, rejected, failures, progress)
+    ranking = rank(simulated, opts, rejected)
     ranking.screened = len(pool)
     ranking.simulated = len(todo)
     ranking.baseline_failures = failures
@@ -137,7 +137,7 @@ def _final_list(pool: Sequence[Candidate], objective: Objective) -> list[Candida
     return out
 
 
-def _unique(cands: Sequence[Candidate]) -> list[Candidate]:
+def unique(cands: Sequence[Candidate]) -> list[Candidate]:
     """Drop candidates whose plan equals an earlier one (different routes reach the same
     plan, e.g. data parallel by speed and by equal split on identical devices)."""
     seen: set[str] = set()
@@ -150,7 +150,7 @@ def _unique(cands: Sequence[Candidate]) -> list[Candidate]:
     return out
 
 
-def _baselines(ctx: Context, cluster: Cluster, failures: dict[str, str]) -> dict[str, Candidate]:
+def baselines(ctx: Context, cluster: Cluster, failures: dict[str, str]) -> dict[str, Candidate]:
     devices = [d.id for d in cluster.devices][: ctx.batch]
     out = {}
     dp = dp_candidate(ctx, devices, equal=True)
@@ -165,7 +165,7 @@ def _baselines(ctx: Context, cluster: Cluster, failures: dict[str, str]) -> dict
     return out
 
 
-def _simulate(
+def simulate(
     ctx: Context,
     cands: Sequence[Candidate],
     opts: SearchOptions,
@@ -226,7 +226,7 @@ def unrunnable(plan: Plan) -> str | None:
     return None
 
 
-def _rank(
+def rank(
     simulated: Sequence[tuple[Candidate, Prediction, Metrics]],
     opts: SearchOptions,
     rejected: Counter[str],

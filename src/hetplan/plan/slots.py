@@ -20,11 +20,26 @@ from hetplan.plan.tp import members
 Floats = NDArray[np.float64]
 
 
+def distinct_replicas(ctx: Context, key: SlotKey) -> list[int]:
+    """One replica index per distinct replica of ``key``: same micro-batch size and, slot by
+    slot, the same pricing signature (device kind, node shape, which slots share a node).
+    Replicas alike in all that have the same times, cuts and memory, so the slot costs below
+    look at one of each (a hybrid of 128 replicas of a symmetric cluster prices a few)."""
+    order, micro = key
+    seen: dict[object, int] = {}
+    for v, devs in enumerate(order):
+        nodes: dict[str, int] = {}
+        sig = tuple(ctx.pricing.signature(d, nodes) for d in devs)
+        seen.setdefault((micro[v], sig), v)
+    return list(seen.values())
+
+
 def slot_times(ctx: Context, key: SlotKey) -> Floats:
     """(S, L) forward + backward seconds per layer on each slot, at the slowest replica."""
     order, micro = key
     times = np.zeros((len(order[0]), len(ctx.graph.layers)))
-    for v, devs in enumerate(order):
+    for v in distinct_replicas(ctx, key):
+        devs = order[v]
         for s, d in enumerate(devs):
             fwd, bwd = ctx.pricing.layers(d, micro[v])
             np.maximum(times[s], fwd + bwd, out=times[s])
@@ -38,7 +53,8 @@ def slot_cuts(ctx: Context, key: SlotKey) -> Floats:
     n = len(order[0])
     cut = np.asarray(ctx.graph.cut_bytes, dtype=np.float64)
     out = np.zeros((n, n, cut.shape[0]))
-    for v, devs in enumerate(order):
+    for v in distinct_replicas(ctx, key):
+        devs = order[v]
         inv_bw = np.zeros((n, n))
         lat = np.zeros((n, n))
         for s in range(n):
@@ -69,7 +85,8 @@ def slot_memory(
     fixed = np.zeros(n)
     caps = np.full(n, math.inf)
     biggest_input = max([ctx.graph.input_bytes, *ctx.graph.cut_bytes])
-    for v, devs in enumerate(order):
+    for v in distinct_replicas(ctx, key):
+        devs = order[v]
         for s, d in enumerate(devs):
             flight = in_flight_microbatches(strategy, s, n, m)
             stashed = stashed_weight_versions(s, n) if strategy == "pipedream" else 0
