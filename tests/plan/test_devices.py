@@ -9,9 +9,7 @@ from hetplan.plan.devices import (
     group_balanced,
     groups_by_node,
     pipeline_orders,
-    pools,
     split_batch,
-    subsets,
 )
 
 
@@ -39,25 +37,6 @@ def make_cluster(layout: list[tuple[str, str, int]]) -> Cluster:
         intra_links={n: link for n, _, _ in layout},
         network={n: link for n, _, _ in layout},
     )
-
-
-def test_small_cluster_enumerates_every_count_vector() -> None:
-    c = make_cluster([("a", "X", 2), ("b", "Y", 1)])
-    subs = subsets(c)
-    assert len(subs) == 3 * 2 - 1
-    assert subs[0] == ("a.0", "a.1", "b.0")
-    assert ("a.0",) in subs and ("b.0",) in subs and ("a.0", "b.0") in subs
-    assert ("a.1",) not in subs  # counts per pool, not arbitrary members
-
-
-def test_big_cluster_uses_whole_nodes_per_type() -> None:
-    layout = [(f"n{i}", f"T{i // 2}", 8) for i in range(8)]
-    c = make_cluster(layout)
-    assert len(pools(c)) == 8
-    subs = subsets(c)
-    assert len(subs) == 3**4 - 1
-    assert all(len(s) % 8 == 0 for s in subs)
-    assert len(subsets(c, max_devices=16)) == sum(1 for s in subs if len(s) <= 16)
 
 
 def test_pipeline_orders_keep_nodes_contiguous() -> None:

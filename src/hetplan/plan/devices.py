@@ -1,80 +1,15 @@
-"""Which devices, in what order, in what groups: pure functions over ids and speeds.
+"""Devices in what order and in what groups: pure functions over ids and speeds.
 
-Subsets are searched by *counts per pool* (a pool = the devices of one type on one node),
-never by enumerating all 2^N subsets: small clusters get every count vector, large ones whole
-nodes per type, so a 64-device cluster of 4 types on 8 nodes yields 80 subsets.
+Which subsets are searched is ``plan.subsets`` (by counts over the cluster's symmetry).
 """
 
 from __future__ import annotations
 
 import heapq
-import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from hetplan.cluster.spec import Cluster
 from hetplan.plan.tp import members
-
-MAX_EXHAUSTIVE_SUBSETS = 256
-"""Enumerate every count vector per pool up to this many subsets; coarser above."""
-
-
-@dataclass(frozen=True)
-class Pool:
-    """Devices of one type on one node, in index order."""
-
-    type_name: str
-    node: str
-    devices: tuple[str, ...]
-
-
-def pools(cluster: Cluster) -> list[Pool]:
-    """Group the cluster's devices by (type, node), in cluster order."""
-    out: dict[tuple[str, str], list[str]] = {}
-    for d in cluster.devices:
-        out.setdefault((d.type.name, d.node), []).append(d.id)
-    return [Pool(t, n, tuple(ids)) for (t, n), ids in out.items()]
-
-
-def subsets(cluster: Cluster, max_devices: int | None = None) -> list[tuple[str, ...]]:
-    """Candidate device subsets (cluster order), largest first, each non-empty.
-
-    Exhaustive over per-pool counts when that is at most MAX_EXHAUSTIVE_SUBSETS subsets;
-    otherwise per type a number of whole nodes (all pools of a type are alike in size).
-    """
-    ps = pools(cluster)
-    total = 1
-    for p in ps:
-        total *= len(p.devices) + 1
-    if total <= MAX_EXHAUSTIVE_SUBSETS:
-        choices = [[p.devices[:k] for k in range(len(p.devices) + 1)] for p in ps]
-    else:
-        choices = _whole_nodes_per_type(ps)
-    out = []
-    for combo in itertools.product(*choices):
-        ids = tuple(d for part in combo for d in part)
-        if ids and (max_devices is None or len(ids) <= max_devices):
-            out.append(ids)
-    order = {d.id: i for i, d in enumerate(cluster.devices)}
-    out = [tuple(sorted(s, key=order.__getitem__)) for s in out]
-    out.sort(key=len, reverse=True)
-    return out
-
-
-def _whole_nodes_per_type(ps: Sequence[Pool]) -> list[list[tuple[str, ...]]]:
-    """Per type: the devices of its first k pools, k = 0..number of pools of that type."""
-    by_type: dict[str, list[Pool]] = {}
-    for p in ps:
-        by_type.setdefault(p.type_name, []).append(p)
-    choices = []
-    for group in by_type.values():
-        opts: list[tuple[str, ...]] = [()]
-        acc: tuple[str, ...] = ()
-        for p in group:
-            acc = acc + p.devices
-            opts.append(acc)
-        choices.append(opts)
-    return choices
 
 
 def pipeline_orders(

@@ -1,7 +1,7 @@
 """The plan search: enumerate candidates, screen them, simulate the best, rank, explain.
 
-1. Device subsets by counts per pool (``devices.subsets``); for each, candidates of every
-   strategy family with a closed-form screening estimate (``candidates``).
+1. Device subsets by counts over the cluster's symmetry (``plan.subsets``); for each,
+   candidates of every strategy family with a closed-form screening estimate (``screen``).
 2. Per family, the best few by the objective on the estimate are predicted for real (event-
    driven simulation, memory model); infeasible ones and limit breakers are rejected and counted
    by reason.
