@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from pathlib import Path
 
 import pytest
@@ -262,7 +263,7 @@ def test_progress_reports_both_phases() -> None:
         _cluster("hetero-2node"),
         AnalyticalCompute(),
         opts,
-        lambda phase, done, total: calls.append((phase, done, total)),
+        lambda phase, done, total, best="": calls.append((phase, done, total)),
     )
     phases = [c[0] for c in calls]
     assert set(phases) == {"screening subsets", "screening pipelines", "simulating"}
@@ -300,3 +301,25 @@ def test_unrunnable_plans_cannot_win() -> None:
     fp16 = dataclasses.replace(plan("pipedream", 8, 4), model=ModelRef(name="m", dtype="fp16"))
     assert "fp16" in str(unrunnable(fp16))
     assert unrunnable(dataclasses.replace(fp16, strategy="1f1b")) is None
+
+
+def test_time_limit_returns_a_valid_plan_and_says_so() -> None:
+    """With no time at all, the search still simulates the most promising candidate and
+    returns it as a feasible, runnable plan, naming the phases it cut short."""
+    cluster = _cluster("big-64")
+    graph = build_graph(ModelRef(name="gpt-tiny"))
+    opts = SearchOptions(batch=256, objective=Objective(weights={"time": 1.0}), time_limit_s=0.0)
+    ref = ModelRef(name="gpt-tiny")
+    limited = search(ref, graph, cluster, AnalyticalCompute(), opts)
+    full = search(
+        ref, graph, cluster, AnalyticalCompute(), dataclasses.replace(opts, time_limit_s=None)
+    )
+    assert limited.time_limited and not full.time_limited
+    assert "simulating" in limited.time_limited
+    assert any(r.startswith("time limit reached") for r in limited.reasons)
+    assert 1 <= limited.simulated < full.simulated
+    assert limited.screened < full.screened
+    best = limited.best.candidate.plan
+    pred = predict(best, graph, cluster, AnalyticalCompute())
+    assert pred.feasible and math.isclose(pred.iteration_time_s, limited.best.metrics.time_s)
+    assert full.best.score <= limited.best.score

@@ -29,6 +29,12 @@ def reasons(ranking: Ranking, cluster: Cluster) -> list[str]:
     if ranking.rejected:
         parts = ", ".join(f"{reason} ({n})" for reason, n in ranking.rejected.most_common())
         out.append(f"rejected {sum(ranking.rejected.values())} candidates: {parts}")
+    if ranking.time_limited:
+        out.append(
+            "time limit reached: the best plan found so far, with "
+            + ", ".join(ranking.time_limited)
+            + " cut short (a longer --time-limit may find a better one)"
+        )
     return [s for s in out if s]
 
 

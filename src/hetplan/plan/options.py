@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from hetplan.plan.objective import Limits, Objective
 
@@ -12,8 +13,34 @@ RUNNABLE = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
 """Families ``hetplan train`` executes; dp, gpipe, 1f1b and hybrid also with tensor
 parallelism inside their stages (``search.unrunnable``)."""
 
-Progress = Callable[[str, int, int], None]
-"""``(phase, done, total)`` callback for a progress bar."""
+
+class Progress(Protocol):
+    """Progress callback: ``done`` of ``total`` steps of ``phase`` (total 0: unknown), and
+    the best figure so far (e.g. ``"1.23 s"``) once there is one."""
+
+    def __call__(self, phase: str, done: int, total: int, /, *, best: str = "") -> None: ...
+
+
+@dataclass
+class Budget:
+    """A search's wall-clock limit (``None``: none) and the phases it cut short."""
+
+    limit_s: float | None = None
+    start: float = field(default_factory=time.perf_counter)
+    cut: list[str] = field(default_factory=list)
+    simulated: int = 0
+    """Candidates predicted with the simulator so far."""
+
+    def over(self) -> bool:
+        return self.limit_s is not None and time.perf_counter() - self.start > self.limit_s
+
+    def stop(self, phase: str) -> bool:
+        """True when the limit is reached; records ``phase`` as cut short (once)."""
+        if not self.over():
+            return False
+        if phase not in self.cut:
+            self.cut.append(phase)
+        return True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,3 +56,6 @@ class SearchOptions:
     """Search only plans ``hetplan train`` can run (:data:`RUNNABLE`; tensor parallelism only
     with dp, gpipe, 1f1b and hybrid); False prices every family as a what-if."""
     dataset_size: int | None = None
+    time_limit_s: float | None = None
+    """Stop screening and simulating once this many seconds have passed and return the best
+    plan simulated so far (at least one candidate is always simulated)."""

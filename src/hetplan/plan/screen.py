@@ -21,7 +21,7 @@ from hetplan.plan.candidates import (
 from hetplan.plan.classes import Selection
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.objective import Objective
-from hetplan.plan.options import RUNNABLE, Progress, SearchOptions
+from hetplan.plan.options import RUNNABLE, Budget, Progress, SearchOptions
 from hetplan.plan.subsets import Space, subset_space
 from hetplan.plan.tp import TP_DEGREES, has_tp_units, splits_at, tp_groups
 
@@ -40,12 +40,14 @@ def screen(
     opts: SearchOptions,
     rejected: Counter[str],
     progress: Progress | None,
+    budget: Budget | None = None,
 ) -> list[Candidate]:
     """Data parallel on every subset of the symmetric space (``plan.subsets``), the parameter
     server on all of them when the space is small and on the PS_SUBSETS best by the data-
     parallel estimate otherwise; pipelines, hybrids and TP on the most promising."""
     opts = _allowed(ctx, opts, rejected)
-    space = subset_space(ctx, cluster, opts, progress)
+    budget = budget or Budget()
+    space = subset_space(ctx, cluster, opts, progress, budget)
     fits = [(sel, c) for sel, c in zip(space.selections, space.dp, strict=True) if c is not None]
     if len(space.dp) > len(fits):
         rejected["out of memory"] += len(space.dp) - len(fits)
@@ -66,6 +68,8 @@ def screen(
     hybrid = "hybrid" in opts.families
     work += [(s, False) for s in _promising(ctx, space, deep if hybrid else [], opts.objective)]
     for i, (sel, single) in enumerate(work):
+        if budget.stop("screening pipelines"):
+            break
         devices = space.devices(sel)
         if single:
             pool.extend(pipeline_candidates(ctx, devices, piped))  # type: ignore[arg-type]
@@ -73,7 +77,7 @@ def screen(
             pool.extend(hybrid_candidates(ctx, devices))
         if progress is not None:
             progress("screening pipelines", i + 1, len(work))
-    if has_tp_units(ctx.graph):
+    if has_tp_units(ctx.graph) and not budget.stop("screening tensor parallelism"):
         pool.extend(_tensor_parallel(ctx, cluster, space, opts))
     if not pool and not rejected:
         rejected["no candidate: no requested strategy applies to these devices"] += 1

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ from hetplan.plan.candidates import dp_candidate, equal_pipeline, refine
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.explain import reasons
 from hetplan.plan.objective import Metrics, Objective, pareto_front
-from hetplan.plan.options import RUNNABLE, Progress, SearchOptions
+from hetplan.plan.options import RUNNABLE, Budget, Progress, SearchOptions
 from hetplan.plan.pricing import Pricing
 from hetplan.plan.screen import screen
 from hetplan.plan.staleness import is_asynchronous
@@ -70,6 +71,8 @@ class Ranking:
     reasons: list[str] = field(default_factory=list)
     baseline_failures: dict[str, str] = field(default_factory=dict)
     """Baselines that cannot run, with the first reason."""
+    time_limited: list[str] = field(default_factory=list)
+    """Phases the time limit cut short (empty: the search ran to the end)."""
 
     @property
     def best(self) -> Ranked:
@@ -94,18 +97,22 @@ def search(
         cluster_name=cluster.name,
     )
     rejected: Counter[str] = Counter()
-    pool = screen(ctx, cluster, opts, rejected, progress)
+    budget = Budget(opts.time_limit_s)
+    pool = screen(ctx, cluster, opts, rejected, progress, budget)
     refined = _shortlist(pool, opts.objective, REFINED_PER_FAMILY)
-    refined += [r for c in refined for r in refine(ctx, c)]
+    if not budget.stop("refining micro-batches"):
+        refined += [r for c in refined for r in refine(ctx, c)]
     chosen = _final_list(refined, opts.objective)
     failures: dict[str, str] = {}
-    base = baselines(ctx, cluster, failures)
-    todo = unique(list(base.values()) + chosen)
-    simulated = simulate(ctx, todo, opts, rejected, failures, progress)
+    base = list(baselines(ctx, cluster, failures).values())
+    # Under a time limit the most promising candidates go first and the baselines last.
+    todo = unique(chosen + base if opts.time_limit_s is not None else base + chosen)
+    simulated = simulate(ctx, todo, opts, rejected, failures, progress, budget)
     ranking = rank(simulated, opts, rejected)
     ranking.screened = len(pool)
-    ranking.simulated = len(todo)
+    ranking.simulated = budget.simulated
     ranking.baseline_failures = failures
+    ranking.time_limited = budget.cut
     ranking.reasons = reasons(ranking, cluster)
     return ranking
 
@@ -124,7 +131,8 @@ def _shortlist(pool: Sequence[Candidate], objective: Objective, keep: int) -> li
 
 
 def _final_list(pool: Sequence[Candidate], objective: Objective) -> list[Candidate]:
-    """SIMULATED_PER_FAMILY of each family close to the best estimate, one of the others."""
+    """SIMULATED_PER_FAMILY of each family close to the best estimate, one of the others;
+    best estimate first."""
     if not pool:
         return []
     scores = dict(zip(map(id, pool), objective.scores([c.estimate for c in pool]), strict=True))
@@ -134,7 +142,7 @@ def _final_list(pool: Sequence[Candidate], objective: Objective) -> list[Candida
         members = sorted((c for c in pool if c.family == fam), key=lambda c: scores[id(c)])
         close = scores[id(members[0])] <= CLOSE_FAMILY_RATIO * best
         out.extend(members[: SIMULATED_PER_FAMILY if close else 1])
-    return out
+    return sorted(out, key=lambda c: scores[id(c)])
 
 
 def unique(cands: Sequence[Candidate]) -> list[Candidate]:
@@ -172,9 +180,19 @@ def simulate(
     rejected: Counter[str],
     failures: dict[str, str],
     progress: Progress | None,
+    budget: Budget | None = None,
 ) -> list[tuple[Candidate, Prediction, Metrics]]:
-    out = []
+    """Predict ``cands`` in order; past the budget's limit, stop once a candidate that can win
+    (not a baseline) is feasible, and mark the baselines left as not simulated."""
+    out: list[tuple[Candidate, Prediction, Metrics]] = []
+    best = math.inf
     for i, cand in enumerate(cands):
+        can_win = any(c.baseline is None for c, _, _ in out)
+        if budget is not None and can_win and budget.stop("simulating"):
+            for c in cands[i:]:
+                if c.baseline is not None:
+                    failures[c.baseline] = "not simulated: the search's time limit was reached"
+            break
         pred = predict(
             cand.plan,
             ctx.graph,
@@ -182,8 +200,12 @@ def simulate(
             ctx.pricing.compute,
             dataset_size=opts.dataset_size,
         )
+        if budget is not None:
+            budget.simulated += 1
+        if pred.feasible:
+            best = min(best, pred.iteration_time_s)
         if progress is not None:
-            progress("simulating", i + 1, len(cands))
+            progress("simulating", i + 1, len(cands), best=_seconds(best))
         if not pred.feasible:
             if cand.baseline is None:
                 rejected[_reason_key(pred.infeasible_reasons)] += 1
@@ -192,6 +214,10 @@ def simulate(
             continue
         out.append((cand, pred, metrics_of(cand.plan, pred)))
     return out
+
+
+def _seconds(value: float) -> str:
+    return "" if math.isinf(value) else f"{value:.4g} s per iteration"
 
 
 def _reason_key(reasons: Sequence[str]) -> str:

@@ -37,7 +37,7 @@ from hetplan.plan.classes import (
 )
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.objective import Objective
-from hetplan.plan.options import Progress, SearchOptions
+from hetplan.plan.options import Budget, Progress, SearchOptions
 from hetplan.plan.replicas import dp_estimate
 
 MAX_EXHAUSTIVE_SUBSETS = 256
@@ -68,7 +68,11 @@ class Space:
 
 
 def subset_space(
-    ctx: Context, cluster: Cluster, opts: SearchOptions, progress: Progress | None
+    ctx: Context,
+    cluster: Cluster,
+    opts: SearchOptions,
+    progress: Progress | None,
+    budget: Budget | None = None,
 ) -> Space:
     """The subsets worth screening for ``opts`` (at most ``max_devices`` and ``batch``
     devices), each with its data-parallel candidate, largest first."""
@@ -82,13 +86,20 @@ def subset_space(
         sels = list(node_levels(sym))
     else:
         space = Space(sym=sym, method="descent")
-        sels = _descend(ctx, sym, opts.objective, cap, progress)
+        sels = _descend(ctx, sym, opts.objective, cap, progress, budget or Budget())
     kept = sorted((s for s in sels if 1 <= sym.size(s) <= cap), key=sym.size, reverse=True)
+    best = math.inf
     for i, sel in enumerate(kept):
+        if budget is not None and space.selections and budget.stop("screening subsets"):
+            break
         space.selections.append(sel)
-        space.dp.append(dp_of(ctx, sym, sel))
-        if progress is not None and i % 64 == 0:
-            progress("screening subsets", i + 1, len(kept))
+        cand = dp_of(ctx, sym, sel)
+        space.dp.append(cand)
+        if cand is not None:
+            best = min(best, cand.estimate.time_s)
+        if progress is not None and (i % 64 == 0 or i + 1 == len(kept)):
+            shown = "" if math.isinf(best) else f"~{best:.4g} s per iteration (estimate)"
+            progress("screening subsets", i + 1, len(kept), best=shown)
     return space
 
 
@@ -118,7 +129,12 @@ def dp_of(ctx: Context, sym: Symmetry, sel: Selection, *, equal: bool = False) -
 
 
 def _descend(
-    ctx: Context, sym: Symmetry, objective: Objective, cap: int, progress: Progress | None
+    ctx: Context,
+    sym: Symmetry,
+    objective: Objective,
+    cap: int,
+    progress: Progress | None,
+    budget: Budget,
 ) -> list[Selection]:
     """Coordinate descent over whole nodes per class on the data-parallel estimate."""
     limits = [len(sym.shapes[c.shape].nodes) for c in sym.classes]
@@ -126,16 +142,20 @@ def _descend(
     seen: dict[tuple[int, ...], Candidate | None] = {}
 
     def evaluate(x: tuple[int, ...]) -> Candidate | None:
+        if x not in seen and seen and budget.stop("searching subsets"):
+            return None  # out of time: the sweep sees nothing better and ends
         if x not in seen:
             size = sum(n * k for n, k in zip(x, sizes, strict=True))
             seen[x] = dp_of(ctx, sym, node_level(sym, x)) if 1 <= size <= cap else None
             if progress is not None and len(seen) % 64 == 0:
-                progress("searching subsets", len(seen), 0)
+                progress("searching subsets", len(seen), 0)  # total unknown
         return seen[x]
 
     starts = [tuple(limits)]
     starts += [tuple(n if i == c else 0 for i, n in enumerate(limits)) for c in range(len(limits))]
     for start in starts:
+        if seen and budget.stop("searching subsets"):
+            break
         _sweep(start, limits, evaluate, objective)
     return [node_level(sym, x) for x, cand in seen.items() if cand is not None]
 
