@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from hetplan.cluster.spec import Cluster
 from hetplan.cost.types import ComputeModel
+from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.candidates import dp_candidate, equal_pipeline, refine
 from hetplan.plan.context import Candidate, Context
@@ -34,6 +35,9 @@ from hetplan.serde import to_data
 
 __all__ = ["Ranked", "Ranking", "SearchOptions", "search"]
 
+MAX_SEARCH_DEVICES = 100_000
+"""Largest cluster searched: its devices are materialised once (ids, pricing keys), and a
+10,000-device search takes ~7 s here (docs/benchmarks.md, "Planner speed")."""
 CLOSE_FAMILY_RATIO = 1.5
 """Families whose best estimate is within this factor of the best get SIMULATED_PER_FAMILY
 simulations; the others get one (to show in the table)."""
@@ -88,6 +92,11 @@ def search(
     progress: Progress | None = None,
 ) -> Ranking:
     """Find the best plans for ``opts.objective`` under ``opts.limits``."""
+    if len(cluster.devices) > MAX_SEARCH_DEVICES:
+        raise InputError(
+            f"cluster {cluster.name!r} has {len(cluster.devices):,} devices; the planner "
+            f"searches clusters of at most {MAX_SEARCH_DEVICES:,} (docs/planning.md)"
+        )
     ctx = Context(
         model=model,
         graph=graph,
