@@ -225,3 +225,38 @@ def test_predict_agrees_with_plan_when_a_profile_is_stored(
     assert again["iteration_time_s"] == pytest.approx(
         data["best"]["prediction"]["iteration_time_s"], rel=1e-12
     )
+
+
+def test_time_limit_writes_the_best_plan_found_and_says_what_was_cut(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan.json"
+    big = str(Path(HETERO).with_name("big-64.yaml"))
+    data = plan_json(["--cluster", big, "--model", "gpt-tiny", "--time-limit", "0"], out, capsys)
+    assert "simulating" in data["time_limited"]
+    assert data["simulated"] >= 1
+    assert any(r.startswith("time limit reached") for r in data["reasons"])
+    plan = load_file(Plan, out)
+    again = predict_json(out, big, capsys)
+    assert again["feasible"] and plan.strategy == data["best"]["plan"]["strategy"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--max-devices", "0", "--max-devices must be >= 1 (got 0)"),
+        ("--max-power", "-5", "--max-power must be > 0 (got -5)"),
+        ("--deadline", "0", "--deadline must be > 0 (got 0)"),
+        ("--budget", "-1", "--budget must be > 0 (got -1)"),
+        ("--time-limit", "-1", "--time-limit must be >= 0 seconds (got -1)"),
+    ],
+)
+def test_impossible_limits_name_their_option(
+    option: str, value: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "plan.json"
+    argv = ["plan", "--cluster", HETERO, *VGG, option, value, "--out", str(out)]
+    code, _, err = _run(argv, capsys)
+    assert code == 2
+    assert err.strip() == f"hetplan: error: {message}"
+    assert not out.exists()

@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from hetplan.bench.report import write_report
-from hetplan.bench.runner import run_suite
+# Torch and matplotlib load inside the command that needs them: `hetplan --help` stays quick.
+# ruff: noqa: PLC0415
 from hetplan.bench.stats import Summary, case_memory_error, memory_error, summarize
 from hetplan.bench.suite import BENCH_STRATEGIES, FULL, QUICK, select_models
 from hetplan.bench.types import PLANNER, SuiteResult
@@ -92,6 +92,8 @@ def bench_cmd(
     ] = None,
 ) -> None:
     """Run the validation suite on this machine and write report.md / report.html."""
+    from hetplan.bench.runner import run_suite
+
     if from_results is not None:
         _finish(load_file(SuiteResult, from_results), out, as_json)
         return
@@ -123,6 +125,8 @@ def bench_cmd(
 
 
 def _finish(result: SuiteResult, out: Path, as_json: bool) -> None:
+    from hetplan.bench.report import write_report
+
     md, page = write_report(result, out)
     summary = summarize(result.cases)
     if as_json:

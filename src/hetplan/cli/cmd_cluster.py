@@ -1,4 +1,5 @@
-"""``hetplan devices`` (the device catalog) and ``hetplan cluster show FILE``."""
+"""``hetplan devices`` (the device catalog), ``hetplan cluster show FILE`` and ``hetplan cluster
+generate``."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ import typer
 from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
+from hetplan.cli.cmd_run import check_output
 from hetplan.cli.output import console, print_json
-from hetplan.cluster import DEVICE_CATALOG, load_cluster, summarize
-from hetplan.cluster.summary import ClusterSummary, PairLink
+from hetplan.cluster import DEVICE_CATALOG, load_cluster_config, write_cluster_config
+from hetplan.cluster.generate import generate_config
+from hetplan.cluster.summary import ClusterSummary, NodeSummary, PairLink, summarize_config
+from hetplan.errors import InputError
 from hetplan.serde import to_data
 from hetplan.units import GB, TERA, GiB, fmt_bytes, fmt_seconds
 
@@ -55,13 +59,48 @@ def _pair(label: str, pair: PairLink | None) -> str:
     )
 
 
+TABLE_ROWS = 64
+"""Most node rows ``cluster show`` prints. Beyond, consecutive nodes with the same row share
+one, then the rest is counted (``--json`` lists every node): rich takes ~0.3 ms a row, and
+10,000 rows help nobody."""
+
+Row = tuple[str, str, str, str]
+
+
+def _node_rows(nodes: list[NodeSummary]) -> list[Row]:
+    rows = [
+        (
+            n.name,
+            ", ".join(f"{c}x {t}" for t, c in n.devices.items()),
+            n.intra_link or "-",
+            n.network or "-",
+        )
+        for n in nodes
+    ]
+    if len(rows) <= TABLE_ROWS:
+        return rows
+    runs: list[tuple[Row, Row, int]] = []  # first row, last row, nodes
+    for row in rows:
+        if runs and runs[-1][0][1:] == row[1:]:
+            runs[-1] = (runs[-1][0], row, runs[-1][2] + 1)
+        else:
+            runs.append((row, row, 1))
+    merged = [
+        (first if count == 1 else (f"{first[0]} .. {last[0]} ({count} nodes)", *first[1:]))
+        for first, last, count in runs
+    ]
+    if len(merged) <= TABLE_ROWS:
+        return merged
+    rest = sum(count for _, _, count in runs[TABLE_ROWS - 1 :])
+    return [*merged[: TABLE_ROWS - 1], (f"... {rest} more nodes (--json lists all)", "", "", "")]
+
+
 def _print_summary(s: ClusterSummary) -> None:
     table = Table(title=f"Cluster {s.name}: {s.num_devices} devices, {len(s.nodes)} nodes")
     for col in ("node", "devices", "intra-node link", "network"):
         table.add_column(col)
-    for node in s.nodes:
-        devs = ", ".join(f"{n}x {t}" for t, n in node.devices.items())
-        table.add_row(node.name, devs, node.intra_link or "-", node.network or "-")
+    for row in _node_rows(s.nodes):
+        table.add_row(*row)
     console.print(table)
     types = ", ".join(f"{n}x {t}" for t, n in s.device_counts.items())
     console.print(f"device types: {types}")
@@ -80,7 +119,8 @@ def show(
     as_json: JsonOpt = False,
 ) -> None:
     """Validate a cluster file and summarise it."""
-    summary = summarize(load_cluster(file))
+    # From the file's nodes and device groups: no device objects, whatever the counts.
+    summary = summarize_config(load_cluster_config(file), str(file))
     if as_json:
         data: Any = to_data(summary)
         print_json(data)
@@ -88,9 +128,56 @@ def show(
     _print_summary(summary)
 
 
+def parse_node_types(text: str) -> list[tuple[str, int]]:
+    """``"A100-80GB:32,T4:16"`` -> ``[("A100-80GB", 32), ("T4", 16)]``."""
+    out: list[tuple[str, int]] = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, count = part.rpartition(":")
+        if not name.strip() or not count.strip().isdigit():
+            raise InputError(
+                f"--nodes: {part!r}; expected TYPE:COUNT pairs like A100-80GB:32,T4:16"
+            )
+        out.append((name.strip(), int(count)))
+    return out
+
+
+def generate(
+    nodes: Annotated[
+        str,
+        typer.Option(
+            help="Catalog device type and node count, comma-separated: A100-80GB:32,T4:16."
+        ),
+    ],
+    out: Annotated[Path, typer.Option(help="Cluster file to write (YAML).")],
+    per_node: Annotated[int, typer.Option(help="Devices per node.")] = 8,
+    network: Annotated[str, typer.Option(help="Network link of every node (link catalog).")] = (
+        "100GbE"
+    ),
+    name: Annotated[str | None, typer.Option(help="Cluster name (default generated-N).")] = None,
+) -> None:
+    """Write a cluster file: per device type, that many nodes of --per-node devices with the
+    type's intra-node link (NVLink on SXM boards, else PCIe), all on --network."""
+    if out.suffix not in (".yaml", ".yml"):
+        raise InputError(f"--out {out}: expected a .yaml or .yml file (cluster files are YAML)")
+    if name is not None and not name.strip():
+        raise InputError("--name: expected a non-empty name")
+    # Every option is checked (the config is cheap to build) before the path is touched.
+    config = generate_config(parse_node_types(nodes), per_node=per_node, network=network, name=name)
+    check_output(out, "--out")
+    write_cluster_config(out, config)
+    devices = len(config.nodes) * per_node
+    console.print(
+        f"wrote {out}: cluster {config.name!r}, {len(config.nodes)} nodes, {devices} devices",
+        markup=False,
+    )
+
+
 def register(app: typer.Typer) -> None:
     """Add ``devices`` and the ``cluster`` sub-app to ``app``."""
     app.command("devices")(devices)
-    cluster_app = typer.Typer(help="Cluster files: validate and summarise.", no_args_is_help=True)
+    cluster_app = typer.Typer(
+        help="Cluster files: validate and summarise, generate.", no_args_is_help=True
+    )
     cluster_app.command("show")(show)
+    cluster_app.command("generate")(generate)
     app.add_typer(cluster_app, name="cluster")

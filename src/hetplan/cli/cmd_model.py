@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -12,10 +12,12 @@ from rich.table import Table
 
 from hetplan.cli.output import console, print_json
 from hetplan.errors import HetplanError
-from hetplan.graph.catalog import list_models
-from hetplan.graph.extract import build_graph
-from hetplan.graph.types import ModelGraph
 from hetplan.units import fmt_bytes
+
+# The model zoo and tracer (torch) load inside the commands: `hetplan --help` stays quick.
+# ruff: noqa: PLC0415
+if TYPE_CHECKING:
+    from hetplan.graph.types import ModelGraph
 
 WIDE = 120
 """Table width in characters when output is not a terminal (keeps rows whole when piped)."""
@@ -35,6 +37,8 @@ def _fail(err: HetplanError) -> typer.Exit:
 
 def models(json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """List the zoo models: name, family, parameters, default dataset and input shape."""
+    from hetplan.graph.catalog import list_models
+
     rows = list_models()
     if json_out:
         print_json([dataclasses.asdict(r) for r in rows])
@@ -141,6 +145,8 @@ def inspect(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Per-layer FLOPs, parameters, activation, saved and cut bytes of a model."""
+    from hetplan.graph.extract import build_graph
+
     try:
         graph = build_graph(model, dataset=dataset, depth=depth, dtype=dtype)
     except HetplanError as err:

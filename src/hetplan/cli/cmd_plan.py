@@ -6,28 +6,29 @@ import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from hetplan.cli.help_text import DTYPE_HELP
 from hetplan.cli.output import console, print_json
-from hetplan.cli.plan_view import print_ranking, ranking_json
 from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
-from hetplan.graph import build_graph
 from hetplan.plan import explain
 from hetplan.plan.objective import Limits, pareto_front, parse_objective
 from hetplan.plan.options import FAMILIES, RUNNABLE, SearchOptions
-from hetplan.plan.search import Ranking, search
 from hetplan.plan.staleness import ASYNCHRONOUS_FAMILIES, is_asynchronous
 from hetplan.plan.types import ModelRef
-from hetplan.predict import DATASET_SIZES
-from hetplan.predict.build import DTYPE_HELP, parse_dtype
-from hetplan.profile.select import compute_model
-from hetplan.run.power_profile import with_power_fits
 from hetplan.serde import to_data, write_json_atomic
+
+# The search, tracer and profiles (torch) load inside the functions that use them:
+# `hetplan --help` stays quick.
+# ruff: noqa: PLC0415
+if TYPE_CHECKING:
+    from hetplan.plan.search import Ranking
 
 
 def _families(text: str | None, what_if: bool, sync_only: bool = False) -> tuple[str, ...]:
@@ -69,6 +70,13 @@ DeadlineOpt = Annotated[float | None, typer.Option(help="Limit: epoch time, s.")
 BudgetOpt = Annotated[float | None, typer.Option(help="Limit: dollars per epoch.")]
 ProfilesOpt = Annotated[Path | None, typer.Option(help="Profile store directory.")]
 AnalyticalOpt = Annotated[bool, typer.Option("--analytical", help="Ignore measured profiles.")]
+TimeLimitOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="Stop the search after this many seconds and keep the best plan found so far "
+        "(the output says what was cut short).",
+    ),
+]
 SyncOnlyOpt = Annotated[
     bool,
     typer.Option(
@@ -100,10 +108,14 @@ class SearchRequest:
     strategies: str | None = None
     what_if: bool = False
     sync_only: bool = False
+    time_limit: float | None = None
 
     def options(self) -> SearchOptions:
+        from hetplan.predict import DATASET_SIZES
+
         if self.batch < 1:
             raise InputError(f"--batch must be >= 1 (got {self.batch})")
+        self._check_limits()
         size = self.dataset_size
         if size is None:
             size = DATASET_SIZES.get(self.dataset or "")
@@ -120,11 +132,33 @@ class SearchRequest:
             families=_families(self.strategies, self.what_if, self.sync_only),
             runnable_only=not self.what_if,
             dataset_size=size,
+            time_limit_s=self.time_limit,
         )
+
+    def _check_limits(self) -> None:
+        """Each limit names its option when it cannot be met by any plan (not a search)."""
+        if self.max_devices is not None and self.max_devices < 1:
+            raise InputError(f"--max-devices must be >= 1 (got {self.max_devices})")
+        positive = {
+            "--max-power": self.max_power,
+            "--deadline": self.deadline,
+            "--budget": self.budget,
+        }
+        for option, value in positive.items():
+            if value is not None and not value > 0:
+                raise InputError(f"{option} must be > 0 (got {value:g})")
+        if self.time_limit is not None and not self.time_limit >= 0:
+            raise InputError(f"--time-limit must be >= 0 seconds (got {self.time_limit:g})")
 
 
 def run_search(req: SearchRequest, quiet: bool) -> tuple[Ranking, Cluster, SearchOptions, float]:
     """(ranking, cluster, options, seconds) of the search ``req``; InputError without a plan."""
+    from hetplan.graph import build_graph
+    from hetplan.plan.search import search
+    from hetplan.predict.build import parse_dtype
+    from hetplan.profile.select import compute_model
+    from hetplan.run.power_profile import with_power_fits
+
     opts = req.options()
     ref = ModelRef(name=req.model, dataset=req.dataset, dtype=parse_dtype(req.dtype))
     clus = load_cluster(req.cluster)
@@ -133,17 +167,21 @@ def run_search(req: SearchRequest, quiet: bool) -> tuple[Ranking, Cluster, Searc
     graph = build_graph(ref)
     compute = compute_model(ref.dtype, directory=req.profiles, measured=not req.analytical)
     start = time.perf_counter()
+    status = Console(stderr=True, highlight=False)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        console=console,
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=status,
         transient=True,
-        disable=quiet or not console.is_terminal,
+        disable=quiet or not status.is_terminal,
     ) as bar:
         task = bar.add_task("searching", total=None)
 
-        def progress(phase: str, done: int, total: int) -> None:
-            bar.update(task, description=phase, completed=done, total=total)
+        def progress(phase: str, done: int, total: int, /, *, best: str = "") -> None:
+            text = f"{phase}, best so far {best}" if best else phase
+            bar.update(task, description=text, completed=done, total=total or None)
 
         ranking = search(ref, graph, clus, compute, opts, progress)
     seconds = time.perf_counter() - start
@@ -201,13 +239,17 @@ def plan_cmd(
         ),
     ] = False,
     sync_only: SyncOnlyOpt = False,
+    time_limit: TimeLimitOpt = None,
 ) -> None:
     """Search the best way to train MODEL on CLUSTER; print the ranking, write the winner."""
+    from hetplan.cli.plan_view import print_ranking, ranking_json
+
     req = SearchRequest(
         model=model, cluster=cluster, dataset=dataset, objective=objective, batch=batch,
         optimizer=optimizer, dtype=dtype, dataset_size=dataset_size, max_power=max_power,
         max_devices=max_devices, deadline=deadline, budget=budget, profiles=profiles,
         analytical=analytical, strategies=strategies, what_if=what_if, sync_only=sync_only,
+        time_limit=time_limit,
     )  # fmt: skip
     ranking, _, _, seconds = run_search(req, as_json)
     write_json_atomic(out, to_data(ranking.best.candidate.plan))

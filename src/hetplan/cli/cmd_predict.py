@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from hetplan.cli.help_text import DTYPE_HELP
 from hetplan.cli.output import console, print_json
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
-from hetplan.graph import build_graph
 from hetplan.plan.types import ModelRef, Plan
-from hetplan.predict import DATASET_SIZES, Prediction, plan_from_options, predict
-from hetplan.predict.build import DTYPE_HELP, parse_dtype
-from hetplan.profile.select import compute_model
-from hetplan.run.power_profile import with_power_fits
 from hetplan.schedule import format_grid
 from hetplan.serde import load_file
 from hetplan.units import fmt_bytes, fmt_seconds
+
+# The tracer, predictor and profiles (torch) load inside the command: `hetplan --help` stays
+# quick.
+# ruff: noqa: PLC0415
+if TYPE_CHECKING:
+    from hetplan.predict import Prediction
 
 
 def _ints(text: str | None, option: str) -> list[int] | None:
@@ -144,6 +146,12 @@ def predict_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Predict iteration/epoch time, throughput, memory, power, energy and EDP of one plan."""
+    from hetplan.graph import build_graph
+    from hetplan.predict import DATASET_SIZES, plan_from_options, predict
+    from hetplan.predict.build import parse_dtype
+    from hetplan.profile.select import compute_model
+    from hetplan.run.power_profile import with_power_fits
+
     precision = parse_dtype(dtype) if dtype is not None else "fp32"
     if plan_file is not None:
         _reject_with_plan(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.table import Table
@@ -12,15 +12,15 @@ from rich.table import Table
 from hetplan.cli.output import console, print_json
 from hetplan.cluster.config import load_cluster, load_cluster_config, write_cluster_config
 from hetplan.errors import HetplanError, InputError
-from hetplan.profile.link_config import apply_report, benchmark_links
-from hetplan.profile.links import DEFAULT_SIZES, AllreduceResult, LinkBenchSettings, LinkReport
-from hetplan.profile.model import ProfileRequest, profile_model
-from hetplan.profile.store import save_profile, write_profile
-from hetplan.profile.types import Profile
 from hetplan.run.launch import launch_local
-from hetplan.run.power_profile import measure_power_points, record_power_points
 from hetplan.serde import to_data
 from hetplan.units import fmt_bytes
+
+# The profilers (torch) load inside the commands: `hetplan --help` stays quick.
+# ruff: noqa: PLC0415
+if TYPE_CHECKING:
+    from hetplan.profile.links import AllreduceResult, LinkReport
+    from hetplan.profile.types import Profile
 
 
 def _fail(err: HetplanError) -> typer.Exit:
@@ -43,6 +43,8 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
 
 def store_profile(profile: Profile, out: Path | None) -> Path:
     """``--out x.json`` writes that file; any other ``--out`` is a store directory."""
+    from hetplan.profile.store import save_profile, write_profile
+
     if out is not None and out.suffix == ".json":
         return write_profile(profile, out)
     return save_profile(profile, out)
@@ -112,6 +114,8 @@ def profile(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Measure forward and backward time of every layer on a local device and store it."""
+    from hetplan.profile.model import ProfileRequest, profile_model
+
     try:
         if threads is None and device == "cpu":
             threads = 1  # the catalog's ``cpu`` type is one core
@@ -220,6 +224,9 @@ def profile_links(
 ) -> None:
     """Measure every pair's latency and bandwidth and allreduce time; write them to a cluster
     file (pair overrides and collective_overhead_us)."""
+    from hetplan.profile.link_config import apply_report, benchmark_links
+    from hetplan.profile.links import DEFAULT_SIZES, LinkBenchSettings
+
     try:
         settings = LinkBenchSettings(
             sizes=parse_sizes(sizes) if sizes else DEFAULT_SIZES,
@@ -263,6 +270,8 @@ def profile_power(
     """Measure a device's power at rest and under load with its energy counter (NVML on NVIDIA
     GPUs, RAPL on CPUs where readable) and fit the power model's idle and max watts, stored
     with the profiles (used by plan, predict, train and tune unless --analytical)."""
+    from hetplan.run.power_profile import measure_power_points, record_power_points
+
     kind = device_type
     points = measure_power_points(device, seconds)
     fit = record_power_points(kind, points, out)

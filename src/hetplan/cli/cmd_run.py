@@ -8,14 +8,12 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from hetplan.bench.runner import comparable_memory
 from hetplan.cli.output import console, print_json
 from hetplan.cli.progress_view import ProgressLine
-from hetplan.cli.train_view import print_report, report_json, trace_chart
 from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
@@ -23,31 +21,15 @@ from hetplan.plan.types import Plan
 from hetplan.run.commands import node_commands, node_run
 from hetplan.run.launch import NodeRun, RunError
 from hetplan.run.layout import run_devices
-from hetplan.run.measure import (
-    Measurement,
-    default_path,
-    save_measurement,
-    summarize,
-    with_predicted_memory,
-    with_prediction,
-)
-from hetplan.run.model import source_for
-from hetplan.run.power_profile import record_power_points, with_power_fits
-from hetplan.run.precision import PRECISIONS
 from hetplan.run.steplog import complete_steps, merge, read_records
-from hetplan.run.train import (
-    Training,
-    check_plan,
-    check_training,
-    gpu_power_points,
-    log_results,
-    predict_plan,
-    run_node,
-    run_plan,
-    with_energy,
-)
-from hetplan.run.tune import idle_devices, idle_watts
 from hetplan.serde import load_file
+
+# The runtime, predictor and charts (torch, matplotlib) load inside the functions that use
+# them: `hetplan --help` stays quick.
+# ruff: noqa: PLC0415
+if TYPE_CHECKING:
+    from hetplan.run.measure import Measurement
+    from hetplan.run.train import Training
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,6 +104,12 @@ def train_cmd(
     peak memory per rank and the loss of every step; draw the executed against the simulated
     timeline; log every step as JSON lines next to the measurement. A plan over several nodes
     runs with one command per node (--node NAME --rdzv HOST:PORT; --print-commands)."""
+    from hetplan.run.measure import default_path
+    from hetplan.run.model import source_for
+    from hetplan.run.power_profile import with_power_fits
+    from hetplan.run.precision import PRECISIONS
+    from hetplan.run.train import Training, check_plan, check_training
+
     plan = load_file(Plan, plan_file)
     if dtype is not None:
         if dtype not in PRECISIONS:
@@ -169,6 +157,9 @@ def _execute(
 ) -> Measurement | None:
     """Run (this node's ranks of) the plan with a progress line; write the step log. None on a
     node other than the first of a run over several nodes."""
+    from hetplan.run.measure import summarize
+    from hetplan.run.train import log_results
+
     ranks = here.ranks if here is not None else list(range(len(run_devices(plan))))
     with tempfile.TemporaryDirectory(prefix="hetplan-steps-") as tmp:
         logs = Path(tmp)
@@ -206,6 +197,8 @@ def _launch(
     here: NodeRun | None,
     tick: Callable[[], None],
 ) -> list[dict[str, Any]] | None:
+    from hetplan.run.train import run_node, run_plan
+
     if here is None:
         return run_plan(
             plan, cluster=clus, steps=run.steps, warmup=run.warmup, seed=run.seed,
@@ -219,6 +212,12 @@ def _launch(
 
 def _report(plan: Plan, clus: Cluster, measured: Measurement, path: Path, as_json: bool) -> None:
     """Energy, prediction, chart and the saved measurement, printed or as JSON."""
+    from hetplan.bench.runner import comparable_memory
+    from hetplan.cli.train_view import print_report, report_json, trace_chart
+    from hetplan.run.measure import save_measurement, with_predicted_memory, with_prediction
+    from hetplan.run.train import predict_plan, with_energy
+    from hetplan.run.tune import idle_devices, idle_watts
+
     measured = with_energy(measured, clus)
     prediction, source = predict_plan(plan, clus)
     chart = None
@@ -246,6 +245,9 @@ def _report(plan: Plan, clus: Cluster, measured: Measurement, path: Path, as_jso
 
 def _record_power(m: Measurement, cluster: Cluster) -> list[str]:
     """Add the run's metered GPU points to the power fits; one line per refitted type."""
+    from hetplan.run.power_profile import record_power_points
+    from hetplan.run.train import gpu_power_points
+
     lines = []
     for kind, points in gpu_power_points(m, cluster).items():
         fit = record_power_points(kind, points)

@@ -7,7 +7,7 @@ import dataclasses
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -35,17 +35,21 @@ from hetplan.cli.cmd_run import check_output
 from hetplan.cli.output import console, print_json
 from hetplan.cli.progress_view import ProgressLine
 from hetplan.errors import InputError
-from hetplan.plan.search import Ranking
-from hetplan.run.measure import save_measurement
-from hetplan.run.train import Training, check_training
 from hetplan.run.trial import DEFAULT_REL_HALFWIDTH
-from hetplan.run.tune import Candidate, Trial, TuneResult, TuneSettings, tune
 from hetplan.serde import to_data, write_json_atomic
 from hetplan.units import fmt_seconds
+
+# The runtime (torch) loads inside the functions that use it: `hetplan --help` stays quick.
+# ruff: noqa: PLC0415
+if TYPE_CHECKING:
+    from hetplan.plan.search import Ranking
+    from hetplan.run.tune import Candidate, Trial, TuneResult, TuneSettings
 
 
 def candidates_of(ranking: Ranking, top: int) -> list[Candidate]:
     """The ``top`` best distinct plans of a ranking, best predicted first."""
+    from hetplan.run.tune import Candidate
+
     out: list[Candidate] = []
     seen: set[str] = set()
     for r in ranking.ranked:
@@ -188,6 +192,10 @@ def tune_cmd(
 ) -> None:
     """Plan the top candidates for the objective, run each for a few trial steps for real,
     pick the best measured, and train the remaining steps with it from the trials' state."""
+    from hetplan.run.measure import save_measurement
+    from hetplan.run.train import Training, check_training
+    from hetplan.run.tune import TuneSettings
+
     if top < 1:
         raise InputError(f"--top must be >= 1 (got {top})")
     if not 0 < precision < 1:
@@ -230,6 +238,8 @@ def _run(
     cands: list[Candidate], clus: Any, settings: TuneSettings, state: Path, quiet: bool
 ) -> TuneResult:
     """``tune`` with one progress line per run (trials, then the final training)."""
+    from hetplan.run.tune import tune
+
     assert settings.log_dir is not None
     logs = settings.log_dir
     with contextlib.ExitStack() as stack:

@@ -2,6 +2,11 @@
 
 Every subcommand lives in its own module with a ``register(app)`` function. Library errors
 (:class:`hetplan.errors.HetplanError`) become one line on stderr and exit status 2.
+
+Every start imports every command module (typer reads their signatures to register them), so
+those modules import torch and other heavy packages inside the commands that use them:
+``hetplan --help`` and ``hetplan cluster ...`` start in well under a second
+(``tests/cli/test_cli_cluster.py`` checks that they never load torch).
 """
 
 from __future__ import annotations

@@ -122,4 +122,5 @@ def ranking_json(ranking: Ranking, seconds: float) -> dict[str, Any]:
         "screened": ranking.screened,
         "simulated": ranking.simulated,
         "search_seconds": seconds,
+        "time_limited": list(ranking.time_limited),
     }
