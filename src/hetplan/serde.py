@@ -91,7 +91,8 @@ def read_structured(path: Path) -> Any:
         except json.JSONDecodeError as err:
             raise InputError(f"{path}:{err.lineno}: invalid JSON: {err.msg}") from None
     try:
-        return yaml.safe_load(text)
+        # libyaml's loader when PyYAML was built with it: ~8x faster on big cluster files.
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f":{mark.line + 1}" if mark is not None else ""

@@ -122,7 +122,7 @@ def test_tune_takes_sync_only(capsys: pytest.CaptureFixture[str]) -> None:
 
 def _as_wsp(r: Ranked) -> Ranked:
     plan = dataclasses.replace(r.candidate.plan, sync="wsp", staleness=1)
-    return dataclasses.replace(r, candidate=dataclasses.replace(r.candidate, plan=plan))
+    return dataclasses.replace(r, candidate=dataclasses.replace(r.candidate, build=lambda: plan))
 
 
 def test_without_asynchronous_drops_wsp_hybrids() -> None:

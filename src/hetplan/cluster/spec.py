@@ -125,16 +125,8 @@ class Cluster:
                 raise InputError(f"cluster {self.name!r}: duplicate device id {d.id!r}")
             by_id[d.id] = d
         object.__setattr__(self, "_by_id", by_id)
-        inter: dict[tuple[str, str], Link] = {}
-        for na, la in self.network.items():
-            for nb, lb in self.network.items():
-                if na != nb:
-                    slow = la if la.bandwidth <= lb.bandwidth else lb
-                    # Catalog latencies are end to end (NIC, switch, NIC); the slower
-                    # side's figure stands for the path, not the sum of both sides.
-                    lat = max(la.latency_s, lb.latency_s)
-                    inter[(na, nb)] = Link(kind=slow.kind, bandwidth=slow.bandwidth, latency_s=lat)
-        object.__setattr__(self, "_inter", inter)
+        # Inter-node links are made on first use: all pairs would be O(nodes^2).
+        object.__setattr__(self, "_inter", {})
 
     def device(self, device_id: str) -> Device:
         """The device with id ``device_id`` (O(1))."""
@@ -172,6 +164,18 @@ class Cluster:
             return intra
         inter = self._inter.get((da.node, db.node))
         if inter is None:
-            missing = da.node if da.node not in self.network else db.node
-            raise InputError(f"cluster {self.name!r}: node {missing!r} has no network link")
+            inter = self._inter_link(da.node, db.node)
         return inter
+
+    def _inter_link(self, na: str, nb: str) -> Link:
+        la, lb = self.network.get(na), self.network.get(nb)
+        if la is None or lb is None:
+            missing = na if la is None else nb
+            raise InputError(f"cluster {self.name!r}: node {missing!r} has no network link")
+        slow = la if la.bandwidth <= lb.bandwidth else lb
+        # Catalog latencies are end to end (NIC, switch, NIC); the slower side's figure
+        # stands for the path, not the sum of both sides.
+        lat = max(la.latency_s, lb.latency_s)
+        link = Link(kind=slow.kind, bandwidth=slow.bandwidth, latency_s=lat)
+        self._inter[(na, nb)] = link
+        return link

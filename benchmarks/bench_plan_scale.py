@@ -1,0 +1,97 @@
+"""Planner speed on generated datacenter clusters (issue: plan for a datacenter in seconds).
+
+Run: .venv/bin/python benchmarks/bench_plan_scale.py [--quick]
+
+Clusters of four GPU types (A100-80GB, V100-32GB, RTX3090, T4) in 8-GPU nodes, equal node
+counts per type, on 100 GbE (``hetplan.cluster.generate``), of 64, 1,024 and 10,000 devices;
+gpt2 and a 96-block GPT at batch 2048 (analytical compute model, empty profile store, graph
+cache warm as a user's second run would have it). Each case runs ``hetplan plan`` as a child
+process: the table gives its wall time and peak resident memory (``os.wait4``), the search's
+own seconds (``--json``), and each as a ratio to the 64-device case of the same model in the
+same run (the machine is shared: ratios are steadier than absolute times).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hetplan.cluster.config import write_cluster_config
+from hetplan.cluster.generate import generate_config
+
+TYPES = ("A100-80GB", "V100-32GB", "RTX3090", "T4")
+MODELS = ("gpt2", "gpt:layers=96,hidden=1024,heads=16,seq=512")
+SIZES = (64, 1024, 10_000)
+BATCH = 2048
+
+
+def cluster_file(devices: int, folder: Path) -> Path:
+    nodes = devices // 8
+    per_type = [nodes // len(TYPES) + (i < nodes % len(TYPES)) for i in range(len(TYPES))]
+    path = folder / f"gen-{devices}.yaml"
+    write_cluster_config(path, generate_config(list(zip(TYPES, per_type, strict=True))))
+    return path
+
+
+def run_plan(model: str, cluster: Path, env: dict[str, str]) -> dict[str, float | str]:
+    out = cluster.with_suffix(".plan.json")
+    argv = [sys.executable, "-m", "hetplan", "plan", "--model", model, "--cluster", str(cluster)]
+    argv += ["--batch", str(BATCH), "--analytical", "--out", str(out), "--json"]
+    with tempfile.TemporaryFile() as out_f, tempfile.TemporaryFile() as err_f:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, stdout=out_f, stderr=err_f)
+        _, status, usage = os.wait4(proc.pid, 0)  # reaps it: peak RSS of this child alone
+        wall = time.perf_counter() - start
+        out_f.seek(0)
+        err_f.seek(0)
+        stdout, stderr = out_f.read(), err_f.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{model} on {cluster.name}: {stderr.decode()[-2000:]}")
+    data = json.loads(stdout)
+    rss = usage.ru_maxrss / 1e6  # kilobytes on Linux -> GB
+    return {
+        "wall_s": wall,
+        "search_s": data["search_seconds"],
+        "rss_gb": rss,
+        "screened": data["screened"],
+        "simulated": data["simulated"],
+        "best": data["best"]["label"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="gpt2 only, 64 and 1,024 devices")
+    args = parser.parse_args()
+    sizes = SIZES[:2] if args.quick else SIZES
+    models = MODELS[:1] if args.quick else MODELS
+    folder = Path(tempfile.mkdtemp())
+    env = dict(os.environ, HETPLAN_PROFILE_DIR=str(folder / "profiles"))
+    print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores)\n")
+    print("| model | devices | wall s | search s | peak RSS GB | wall / 64 | search / 64 |"
+          " screened | simulated | pick |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for model in models:
+        run_plan(model, cluster_file(64, folder), env)  # warm the graph cache
+        base: dict[str, float | str] = {}
+        for devices in sizes:
+            r = run_plan(model, cluster_file(devices, folder), env)
+            base = base or r
+            print(
+                f"| {model} | {devices:,} | {r['wall_s']:.2f} | {r['search_s']:.2f} | "
+                f"{r['rss_gb']:.2f} | {float(r['wall_s']) / float(base['wall_s']):.2f} | "
+                f"{float(r['search_s']) / float(base['search_s']):.2f} | {r['screened']} | "
+                f"{r['simulated']} | {r['best']} |",
+                flush=True,
+            )
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
