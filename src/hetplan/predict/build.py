@@ -99,12 +99,6 @@ def _replica_speed(
     return batch / worst if worst > 0 else 1.0
 
 
-DTYPE_HELP = (
-    "Training precision: fp32, or bf16/fp16 mixed precision: autocast over fp32 master "
-    "weights (fp16 adds a loss scaler)."
-)
-"""Help text of the ``--dtype`` option of ``hetplan plan`` and ``hetplan predict``."""
-
 
 def parse_dtype(text: str) -> str:
     """The ``--dtype`` option: a dtype the graph can be traced in (``graph.extract.DTYPES``),
