@@ -99,7 +99,6 @@ def _replica_speed(
     return batch / worst if worst > 0 else 1.0
 
 
-
 def parse_dtype(text: str) -> str:
     """The ``--dtype`` option: a dtype the graph can be traced in (``graph.extract.DTYPES``),
     written into the plan's ``model.dtype``; InputError names the option otherwise."""
