@@ -29,8 +29,7 @@ from hetplan.plan.candidates import (
 from hetplan.plan.classes import orbits, symmetry
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.options import RUNNABLE, SearchOptions
-from hetplan.plan.pricing import Pricing
-from hetplan.plan.search import Ranking, baselines, rank, simulate, unique
+from hetplan.plan.search import Ranking, baselines, make_context, rank, simulate, unique
 from hetplan.plan.tp import TP_DEGREES, has_tp_units, splits_at, tp_groups
 from hetplan.plan.types import ModelRef
 
@@ -49,14 +48,7 @@ def exhaustive_search(
     subsets: Subsets = "orbits",
 ) -> Ranking:
     """Simulate every candidate of the search space; rank them as ``search`` does."""
-    ctx = Context(
-        model=model,
-        graph=graph,
-        pricing=Pricing(graph=graph, cluster=cluster, compute=compute),
-        batch=opts.batch,
-        optimizer=opts.optimizer,
-        cluster_name=cluster.name,
-    )
+    ctx = make_context(model, graph, cluster, compute, opts)
     families = tuple(f for f in opts.families if f in RUNNABLE or not opts.runnable_only)
     if graph.split_error is not None:
         families = tuple(f for f in families if f in ("dp", "ps"))

@@ -97,14 +97,7 @@ def search(
             f"cluster {cluster.name!r} has {len(cluster.devices):,} devices; the planner "
             f"searches clusters of at most {MAX_SEARCH_DEVICES:,} (docs/planning.md)"
         )
-    ctx = Context(
-        model=model,
-        graph=graph,
-        pricing=Pricing(graph=graph, cluster=cluster, compute=compute),
-        batch=opts.batch,
-        optimizer=opts.optimizer,
-        cluster_name=cluster.name,
-    )
+    ctx = make_context(model, graph, cluster, compute, opts)
     rejected: Counter[str] = Counter()
     budget = Budget(opts.time_limit_s)
     pool = screen(ctx, cluster, opts, rejected, progress, budget)
@@ -124,6 +117,20 @@ def search(
     ranking.time_limited = budget.cut
     ranking.reasons = reasons(ranking, cluster)
     return ranking
+
+
+def make_context(
+    model: ModelRef, graph: ModelGraph, cluster: Cluster, compute: ComputeModel, opts: SearchOptions
+) -> Context:
+    """The caches and settings of one search over ``cluster``."""
+    return Context(
+        model=model,
+        graph=graph,
+        pricing=Pricing(graph=graph, cluster=cluster, compute=compute),
+        batch=opts.batch,
+        optimizer=opts.optimizer,
+        cluster_name=cluster.name,
+    )
 
 
 def _shortlist(pool: Sequence[Candidate], objective: Objective, keep: int) -> list[Candidate]:
