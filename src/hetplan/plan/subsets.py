@@ -77,6 +77,7 @@ def subset_space(
     """The subsets worth screening for ``opts`` (at most ``max_devices`` and ``batch``
     devices), each with its data-parallel candidate, largest first."""
     sym = symmetry(cluster)
+    priced: dict[Selection, Candidate | None] = {}  # the descent's, not priced again
     cap = min(opts.limits.max_devices or ctx.batch, ctx.batch)
     if orbit_count(sym) <= MAX_EXHAUSTIVE_SUBSETS:
         space = Space(sym=sym, method="exact")
@@ -86,14 +87,15 @@ def subset_space(
         sels = list(node_levels(sym))
     else:
         space = Space(sym=sym, method="descent")
-        sels = _descend(ctx, sym, opts.objective, cap, progress, budget or Budget())
+        priced = _descend(ctx, sym, opts.objective, cap, progress, budget or Budget())
+        sels = list(priced)
     kept = sorted((s for s in sels if 1 <= sym.size(s) <= cap), key=sym.size, reverse=True)
     best = math.inf
     for i, sel in enumerate(kept):
         if budget is not None and space.selections and budget.stop("screening subsets"):
             break
         space.selections.append(sel)
-        cand = dp_of(ctx, sym, sel)
+        cand = priced[sel] if sel in priced else dp_of(ctx, sym, sel)
         space.dp.append(cand)
         if cand is not None:
             best = min(best, cand.estimate.time_s)
@@ -135,7 +137,7 @@ def _descend(
     cap: int,
     progress: Progress | None,
     budget: Budget,
-) -> list[Selection]:
+) -> dict[Selection, Candidate | None]:
     """Coordinate descent over whole nodes per class on the data-parallel estimate."""
     limits = [len(sym.shapes[c.shape].nodes) for c in sym.classes]
     sizes = [c.per_node for c in sym.classes]
@@ -157,7 +159,7 @@ def _descend(
         if seen and budget.stop("searching subsets"):
             break
         _sweep(start, limits, evaluate, objective)
-    return [node_level(sym, x) for x, cand in seen.items() if cand is not None]
+    return {node_level(sym, x): cand for x, cand in seen.items() if cand is not None}
 
 
 def _sweep(
