@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from hetplan.cli.help_text import DTYPE_HELP
 from hetplan.cli.output import console, print_json
+from hetplan.cli.predict_view import print_prediction
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
 from hetplan.plan.types import ModelRef, Plan
 from hetplan.schedule import format_grid
 from hetplan.serde import load_file
-from hetplan.units import fmt_bytes, fmt_seconds
 
 # The tracer, predictor and profiles (torch) load inside the command: `hetplan --help` stays
 # quick.
 # ruff: noqa: PLC0415
-if TYPE_CHECKING:
-    from hetplan.predict import Prediction
 
 
 def _ints(text: str | None, option: str) -> list[int] | None:
@@ -34,71 +32,6 @@ def _ints(text: str | None, option: str) -> list[int] | None:
 
 def _names(text: str | None) -> list[str] | None:
     return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
-
-
-def _print(pred: Prediction) -> None:
-    ok = "[green]feasible[/]" if pred.feasible else "[red]feasible: false[/]"
-    console.print(f"{pred.strategy}: {ok}   cost source: {pred.cost_source}")
-    for reason in pred.infeasible_reasons:
-        console.print(f"  [red]does not fit[/] {reason}")
-    console.print(
-        f"iteration {fmt_seconds(pred.iteration_time_s)}   throughput "
-        f"{pred.samples_per_s:.1f} samples/s   batch {pred.global_batch} "
-        f"(micro-batches of {', '.join(map(str, sorted(set(pred.micro_batch_sizes))))})"
-    )
-    if pred.epoch_time_s is not None:
-        console.print(
-            f"epoch {fmt_seconds(pred.epoch_time_s)} ({pred.iterations_per_epoch} iterations), "
-            f"{(pred.energy_j_per_epoch or 0.0) / 3.6e6:.3f} kWh"
-        )
-    money = "" if pred.dollars_per_epoch is None else f"   ${pred.dollars_per_epoch:.2f}/epoch"
-    console.print(
-        f"power {pred.power_w:.0f} W   energy {pred.energy_j_per_iteration:.1f} J/iteration   "
-        f"EDP {pred.edp:.4g} J*s (per {pred.edp_basis}){money}"
-    )
-    console.print(
-        f"bubble {100 * pred.bubble_fraction:.1f}%   exposed communication "
-        f"{fmt_seconds(pred.exposed_comm_s)} per iteration (mean over devices)"
-    )
-    head = (
-        "device",
-        "type",
-        "role",
-        "memory",
-        "capacity",
-        "busy",
-        "power",
-        "compute",
-        "exposed comm",
-        "bubble",
-    )
-    rows = [head]
-    for d in pred.devices:
-        over = " !" if d.memory_bytes > d.memory_capacity_bytes else ""
-        rows.append(
-            (
-                d.id,
-                d.type,
-                d.role,
-                fmt_bytes(d.memory_bytes) + over,
-                fmt_bytes(d.memory_capacity_bytes),
-                f"{100 * d.busy_fraction:.1f}%",
-                f"{d.power_w:.0f} W",
-                fmt_seconds(d.compute_s),
-                fmt_seconds(d.exposed_comm_s),
-                fmt_seconds(d.bubble_s),
-            )
-        )
-    widths = [max(len(r[k]) for r in rows) for k in range(len(head))]
-    console.print("per device, per iteration (! = does not fit):")
-    for r in rows:
-        cells = [
-            c.ljust(w) if k < 3 else c.rjust(w)
-            for k, (c, w) in enumerate(zip(r, widths, strict=True))
-        ]
-        console.print("  " + "  ".join(cells), markup=False)
-    for note in pred.notes:
-        console.print(f"note: {note}")
 
 
 def _reject_with_plan(given: dict[str, bool]) -> None:
@@ -218,7 +151,7 @@ def predict_cmd(
     if as_json:
         print_json(pred.to_json())
         return
-    _print(pred)
+    print_prediction(pred)
     if grid:
         console.print(format_grid(pred.timeline.schedule, pred.timeline.start), markup=False)
 
