@@ -7,6 +7,7 @@ Every error becomes one :class:`InputError` line: ``<source>: <field.path>: <pro
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import typing
@@ -110,10 +111,12 @@ def write_text_atomic(path: Path, text: str) -> None:
     half-written; an unwritable path is an InputError naming it."""
     tmp = path.with_name(path.name + ".tmp")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(text)
         tmp.replace(path)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the folder may not exist or be a file
+            tmp.unlink(missing_ok=True)
         raise InputError(f"{path}: cannot write ({err.strerror})") from None
 
 

@@ -103,10 +103,17 @@ def default_cluster_dir() -> Path:
 
 
 def cluster_path(name: str, directory: Path | None) -> Path:
-    path = (directory or default_cluster_dir()) / f"{name}.yaml"
-    if not path.is_file():
-        raise InputError(f"--clusters: {path} does not exist")
-    return path
+    """The file of cluster ``name`` (``local-cpu`` or ``local-cpu.yaml``) in ``directory``."""
+    folder = directory or default_cluster_dir()
+    stem = name.removesuffix(".yaml").removesuffix(".yml")
+    for path in (folder / f"{stem}.yaml", folder / f"{stem}.yml"):
+        if path.is_file():
+            return path
+    known = sorted(p.stem for p in folder.glob("*.y*ml"))
+    raise InputError(
+        f"--cluster-names: no cluster {name!r} in {folder} (expected {stem}.yaml); "
+        f"known: {', '.join(known) or 'none'}"
+    )
 
 
 def strategies(ranks: int, tensor_parallel: bool = False) -> list[str]:

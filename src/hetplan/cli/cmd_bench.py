@@ -14,9 +14,10 @@ import typer
 # Torch and matplotlib load inside the command that needs them: `hetplan --help` stays quick.
 # ruff: noqa: PLC0415
 from hetplan.bench.stats import Summary, case_memory_error, memory_error, summarize
-from hetplan.bench.suite import BENCH_STRATEGIES, FULL, QUICK, select_models
+from hetplan.bench.suite import BENCH_STRATEGIES, FULL, QUICK, cluster_path, select_models
 from hetplan.bench.types import PLANNER, SuiteResult
 from hetplan.cli.output import console, print_json
+from hetplan.cli.paths import check_output_dir
 from hetplan.errors import InputError
 from hetplan.serde import load_file, to_data, write_json_atomic
 
@@ -95,6 +96,7 @@ def bench_cmd(
     from hetplan.bench.runner import run_suite
 
     if from_results is not None:
+        check_output_dir(out, "--out")
         _finish(load_file(SuiteResult, from_results), out, as_json)
         return
     config = QUICK if quick else FULL
@@ -110,6 +112,9 @@ def bench_cmd(
     if warmup is not None:
         changes["warmup"] = warmup
     config = dataclasses.replace(config, **changes)
+    check_output_dir(out, "--out")
+    for name in config.clusters:  # every file before the first measurement
+        cluster_path(name, config.cluster_dir)
 
     def progress(msg: str) -> None:
         if not as_json:

@@ -10,8 +10,8 @@ import typer
 from rich.box import SIMPLE_HEAD
 from rich.table import Table
 
-from hetplan.cli.cmd_run import check_output
 from hetplan.cli.output import console, print_json
+from hetplan.cli.paths import check_output
 from hetplan.cluster import DEVICE_CATALOG, load_cluster_config, write_cluster_config
 from hetplan.cluster.generate import generate_config
 from hetplan.cluster.summary import ClusterSummary, NodeSummary, PairLink, summarize_config

@@ -14,13 +14,16 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from hetplan.cli.help_text import DTYPE_HELP
 from hetplan.cli.output import console, print_json
+from hetplan.cli.page import write_ranking_page
+from hetplan.cli.paths import check_output
 from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.plan import explain
-from hetplan.plan.objective import Limits, pareto_front, parse_objective
-from hetplan.plan.options import FAMILIES, RUNNABLE, SearchOptions
+from hetplan.plan.objective import Limits, Objective, pareto_front, parse_objective
+from hetplan.plan.options import FAMILIES, RUNNABLE, SearchOptions, check_batch
 from hetplan.plan.staleness import ASYNCHRONOUS_FAMILIES, is_asynchronous
+from hetplan.plan.stamp import stamped
 from hetplan.plan.types import ModelRef
 from hetplan.serde import to_data, write_json_atomic
 
@@ -66,6 +69,10 @@ DtypeOpt = Annotated[str, typer.Option("--dtype", help=DTYPE_HELP)]
 SizeOpt = Annotated[int | None, typer.Option(help="Samples per epoch.")]
 PowerOpt = Annotated[float | None, typer.Option(help="Limit: cluster power, W.")]
 DevicesOpt = Annotated[int | None, typer.Option(help="Limit: devices used.")]
+MinDevicesOpt = Annotated[int | None, typer.Option(help="Limit: at least this many devices used.")]
+AllDevicesOpt = Annotated[
+    bool, typer.Option("--all-devices", help="Use every device of the cluster.")
+]
 DeadlineOpt = Annotated[float | None, typer.Option(help="Limit: epoch time, s.")]
 BudgetOpt = Annotated[float | None, typer.Option(help="Limit: dollars per epoch.")]
 ProfilesOpt = Annotated[Path | None, typer.Option(help="Profile store directory.")]
@@ -76,6 +83,10 @@ TimeLimitOpt = Annotated[
         help="Stop the search after this many seconds and keep the best plan found so far "
         "(the output says what was cut short).",
     ),
+]
+HtmlOpt = Annotated[
+    Path | None,
+    typer.Option(help="Also write a self-contained page: Gantt chart, memory, Pareto front."),
 ]
 SyncOnlyOpt = Annotated[
     bool,
@@ -101,6 +112,8 @@ class SearchRequest:
     dataset_size: int | None = None
     max_power: float | None = None
     max_devices: int | None = None
+    min_devices: int | None = None
+    all_devices: bool = False
     deadline: float | None = None
     budget: float | None = None
     profiles: Path | None = None
@@ -110,12 +123,13 @@ class SearchRequest:
     sync_only: bool = False
     time_limit: float | None = None
 
-    def options(self) -> SearchOptions:
+    def options(self, cluster: Cluster) -> SearchOptions:
+        """The search's options; the limits checked against ``cluster``."""
         from hetplan.predict import DATASET_SIZES
 
-        if self.batch < 1:
-            raise InputError(f"--batch must be >= 1 (got {self.batch})")
-        self._check_limits()
+        check_batch(self.batch)
+        self._check_limits(len(cluster.devices))
+        check_prices(parse_objective(self.objective), self.budget, cluster)
         size = self.dataset_size
         if size is None:
             size = DATASET_SIZES.get(self.dataset or "")
@@ -125,6 +139,7 @@ class SearchRequest:
             limits=Limits(
                 max_power_w=self.max_power,
                 max_devices=self.max_devices,
+                min_devices=len(cluster.devices) if self.all_devices else self.min_devices,
                 deadline_s=self.deadline,
                 budget_usd=self.budget,
             ),
@@ -135,10 +150,29 @@ class SearchRequest:
             time_limit_s=self.time_limit,
         )
 
-    def _check_limits(self) -> None:
+    def _check_limits(self, devices: int) -> None:
         """Each limit names its option when it cannot be met by any plan (not a search)."""
         if self.max_devices is not None and self.max_devices < 1:
             raise InputError(f"--max-devices must be >= 1 (got {self.max_devices})")
+        if self.min_devices is not None:
+            if self.all_devices:
+                raise InputError("--min-devices and --all-devices: give one of the two")
+            if not 1 <= self.min_devices <= devices:
+                raise InputError(
+                    f"--min-devices must be between 1 and the cluster's {devices} devices "
+                    f"(got {self.min_devices})"
+                )
+        least = devices if self.all_devices else self.min_devices
+        if least is not None and self.max_devices is not None and least > self.max_devices:
+            raise InputError(
+                f"--max-devices {self.max_devices} is below the {least} devices asked for by "
+                f"{'--all-devices' if self.all_devices else '--min-devices'}"
+            )
+        if least is not None and least > self.batch:
+            raise InputError(
+                f"--batch {self.batch} is smaller than the {least} devices asked for: every "
+                "device needs at least one sample"
+            )
         positive = {
             "--max-power": self.max_power,
             "--deadline": self.deadline,
@@ -151,6 +185,19 @@ class SearchRequest:
             raise InputError(f"--time-limit must be >= 0 seconds (got {self.time_limit:g})")
 
 
+def check_prices(objective: Objective, budget: float | None, cluster: Cluster) -> None:
+    """A cost objective or a budget needs prices: InputError when no device has one."""
+    wants = [f"--objective {objective.name}"] if "cost" in objective.weights else []
+    wants += ["--budget"] if budget is not None else []
+    if wants and all(d.type.price_per_hour is None for d in cluster.devices):
+        types = sorted({d.type.name for d in cluster.devices})
+        raise InputError(
+            f"{' and '.join(wants)} need prices, but no device of cluster {cluster.name!r} "
+            f"has one ({', '.join(types)}): set price_per_hour (USD per hour) under the "
+            "cluster file's device_types"
+        )
+
+
 def run_search(req: SearchRequest, quiet: bool) -> tuple[Ranking, Cluster, SearchOptions, float]:
     """(ranking, cluster, options, seconds) of the search ``req``; InputError without a plan."""
     from hetplan.graph import build_graph
@@ -159,9 +206,9 @@ def run_search(req: SearchRequest, quiet: bool) -> tuple[Ranking, Cluster, Searc
     from hetplan.profile.select import compute_model
     from hetplan.run.power_profile import with_power_fits
 
-    opts = req.options()
     ref = ModelRef(name=req.model, dataset=req.dataset, dtype=parse_dtype(req.dtype))
     clus = load_cluster(req.cluster)
+    opts = req.options(clus)
     if not req.analytical:
         clus, _ = with_power_fits(clus, req.profiles)
     graph = build_graph(ref)
@@ -226,10 +273,13 @@ def plan_cmd(
     dataset_size: SizeOpt = None,
     max_power: PowerOpt = None,
     max_devices: DevicesOpt = None,
+    min_devices: MinDevicesOpt = None,
+    all_devices: AllDevicesOpt = False,
     deadline: DeadlineOpt = None,
     budget: BudgetOpt = None,
     profiles: ProfilesOpt = None,
     analytical: AnalyticalOpt = False,
+    html: HtmlOpt = None,
     what_if: Annotated[
         bool,
         typer.Option(
@@ -244,20 +294,25 @@ def plan_cmd(
     """Search the best way to train MODEL on CLUSTER; print the ranking, write the winner."""
     from hetplan.cli.plan_view import print_ranking, ranking_json
 
+    check_output(out, "--out")
+    if html is not None:
+        check_output(html, "--html")
     req = SearchRequest(
         model=model, cluster=cluster, dataset=dataset, objective=objective, batch=batch,
         optimizer=optimizer, dtype=dtype, dataset_size=dataset_size, max_power=max_power,
-        max_devices=max_devices, deadline=deadline, budget=budget, profiles=profiles,
-        analytical=analytical, strategies=strategies, what_if=what_if, sync_only=sync_only,
-        time_limit=time_limit,
+        max_devices=max_devices, min_devices=min_devices, all_devices=all_devices,
+        deadline=deadline, budget=budget, profiles=profiles, analytical=analytical,
+        strategies=strategies, what_if=what_if, sync_only=sync_only, time_limit=time_limit,
     )  # fmt: skip
-    ranking, _, _, seconds = run_search(req, as_json)
-    write_json_atomic(out, to_data(ranking.best.candidate.plan))
+    ranking, clus, _, seconds = run_search(req, as_json)
+    write_json_atomic(out, to_data(stamped(ranking.best.candidate.plan, clus)))
+    if html is not None:
+        write_ranking_page(html, ranking)
     if as_json:
         print_json(ranking_json(ranking, seconds) | {"plan_file": str(out)})
         return
     print_ranking(ranking, top, seconds)
-    console.print(f"wrote {out}")
+    console.print(f"wrote {out}" + ("" if html is None else f" and {html}"))
 
 
 def register(app: typer.Typer) -> None:

@@ -9,12 +9,17 @@ import typer
 
 from hetplan.cli.help_text import DTYPE_HELP
 from hetplan.cli.output import console, print_json
+from hetplan.cli.page import write_prediction_page
+from hetplan.cli.paths import OtherClusterOpt, check_output
 from hetplan.cli.predict_view import print_prediction
 from hetplan.cluster import load_cluster
+from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
+from hetplan.plan.options import check_batch
+from hetplan.plan.stamp import check_cluster, stamped
 from hetplan.plan.types import ModelRef, Plan
 from hetplan.schedule import format_grid
-from hetplan.serde import load_file
+from hetplan.serde import load_file, to_data, write_json_atomic
 
 # The tracer, predictor and profiles (torch) load inside the command: `hetplan --help` stays
 # quick.
@@ -77,6 +82,13 @@ def predict_cmd(
         bool, typer.Option("--analytical", help="Ignore measured profiles.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    out: Annotated[
+        Path | None, typer.Option(help="Write the plan (built from the options) to this file.")
+    ] = None,
+    html: Annotated[
+        Path | None, typer.Option(help="Also write a self-contained page: Gantt chart, memory.")
+    ] = None,
+    other_cluster: OtherClusterOpt = False,
 ) -> None:
     """Predict iteration/epoch time, throughput, memory, power, energy and EDP of one plan."""
     from hetplan.graph import build_graph
@@ -86,6 +98,7 @@ def predict_cmd(
     from hetplan.run.power_profile import with_power_fits
 
     precision = parse_dtype(dtype) if dtype is not None else "fp32"
+    _check_outputs(out, html, batch)
     if plan_file is not None:
         _reject_with_plan(
             {
@@ -111,16 +124,14 @@ def predict_cmd(
     clus = load_cluster(cluster)
     if not analytical:
         clus, _ = with_power_fits(clus, profiles)
+    plan: Plan | None = None
     if plan_file is not None:
-        plan = load_file(Plan, plan_file)
+        plan = _plan_file(plan_file, model, clus, other_cluster)
         ref = plan.model
-        if model is not None and model != ref.name:
-            raise InputError(f"--model {model!r} differs from the plan's model {ref.name!r}")
     elif model is None or strategy is None:
         raise InputError("give --plan FILE, or --model and --strategy to build a plan")
     else:
         ref = ModelRef(name=model, dataset=dataset, dtype=precision)
-        plan = None
     graph = build_graph(ref)
     compute = compute_model(ref.dtype, directory=profiles, measured=not analytical)
     if plan is None:
@@ -148,12 +159,38 @@ def predict_cmd(
         )
     size = dataset_size if dataset_size is not None else DATASET_SIZES.get(ref.dataset or "")
     pred = predict(plan, graph, clus, compute, dataset_size=size)
+    if out is not None:
+        write_json_atomic(out, to_data(stamped(plan, clus)))
+    if html is not None:
+        write_prediction_page(html, pred, title=f"{ref.name}: {pred.strategy} on {clus.name}")
     if as_json:
         print_json(pred.to_json())
         return
     print_prediction(pred)
     if grid:
         console.print(format_grid(pred.timeline.schedule, pred.timeline.start), markup=False)
+    for what, path in (("plan", out), ("page", html)):
+        if path is not None:
+            console.print(f"wrote the {what} to {path}")
+
+
+def _check_outputs(out: Path | None, html: Path | None, batch: int | None) -> None:
+    """Output paths and the batch, before any work."""
+    for option, path in (("--out", out), ("--html", html)):
+        if path is not None:
+            check_output(path, option)
+    if batch is not None:
+        check_batch(batch)
+
+
+def _plan_file(path: Path, model: str | None, clus: Cluster, other_cluster: bool) -> Plan:
+    """The plan of ``--plan``, checked against ``--model`` and the cluster."""
+    plan = load_file(Plan, path)
+    if not other_cluster:
+        check_cluster(plan, clus, where=str(path), option="--other-cluster")
+    if model is not None and model != plan.model.name:
+        raise InputError(f"--model {model!r} differs from the plan's model {plan.model.name!r}")
+    return plan
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from hetplan.cli.output import console, print_json
+from hetplan.cli.paths import check_output, check_output_dir
 from hetplan.cluster.config import load_cluster, load_cluster_config, write_cluster_config
 from hetplan.errors import HetplanError, InputError
 from hetplan.run.launch import launch_local
@@ -39,6 +40,14 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
     if not values or min(values) < 0:
         raise InputError(f"{what} {text!r}: expected comma-separated non-negative integers")
     return values
+
+
+def _check_store(out: Path | None) -> None:
+    """``--out`` of ``profile``: a writable JSON file or store folder, before measuring."""
+    if out is not None and out.suffix == ".json":
+        check_output(out, "--out")
+    elif out is not None:
+        check_output_dir(out, "--out")
 
 
 def store_profile(profile: Profile, out: Path | None) -> Path:
@@ -116,6 +125,7 @@ def profile(
     """Measure forward and backward time of every layer on a local device and store it."""
     from hetplan.profile.model import ProfileRequest, profile_model
 
+    _check_store(out)
     try:
         if threads is None and device == "cpu":
             threads = 1  # the catalog's ``cpu`` type is one core
@@ -227,6 +237,7 @@ def profile_links(
     from hetplan.profile.link_config import apply_report, benchmark_links
     from hetplan.profile.links import DEFAULT_SIZES, LinkBenchSettings
 
+    check_output(out, "--out")
     try:
         settings = LinkBenchSettings(
             sizes=parse_sizes(sizes) if sizes else DEFAULT_SIZES,
@@ -272,6 +283,8 @@ def profile_power(
     with the profiles (used by plan, predict, train and tune unless --analytical)."""
     from hetplan.run.power_profile import measure_power_points, record_power_points
 
+    if out is not None:
+        check_output_dir(out, "--out")
     kind = device_type
     points = measure_power_points(device, seconds)
     fit = record_power_points(kind, points, out)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,16 +12,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from hetplan.cli.output import console, print_json
+from hetplan.cli.paths import OtherClusterOpt, check_output, check_output_dir
 from hetplan.cli.progress_view import ProgressLine
 from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
+from hetplan.plan.stamp import check_cluster
 from hetplan.plan.types import Plan
 from hetplan.run.commands import node_commands, node_run
 from hetplan.run.launch import NodeRun, RunError
 from hetplan.run.layout import run_devices
 from hetplan.run.steplog import complete_steps, merge, read_records
 from hetplan.serde import load_file
+from hetplan.units import plural
 
 # The runtime, predictor and charts (torch, matplotlib) load inside the functions that use
 # them: `hetplan --help` stays quick.
@@ -95,6 +97,7 @@ def train_cmd(
         typer.Option(help="Start from a checkpoint (a step folder, or a --checkpoint directory)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of initial weights and data order.")] = 0,
+    other_cluster: OtherClusterOpt = False,
     lr: Annotated[
         float | None, typer.Option(help="Learning rate (default: 0.01 for SGD, 1e-3 for Adam).")
     ] = None,
@@ -116,6 +119,8 @@ def train_cmd(
             raise InputError(f"--dtype: {dtype!r}; expected one of {', '.join(PRECISIONS)}")
         plan = dataclasses.replace(plan, model=dataclasses.replace(plan.model, dtype=dtype))
     clus, _ = with_power_fits(load_cluster(cluster))
+    if not other_cluster:
+        check_cluster(plan, clus, where=str(plan_file), option="--other-cluster")
     training = Training(
         data=data, resume=resume, checkpoint_dir=checkpoint, checkpoint_every=checkpoint_every,
         lr=lr,
@@ -125,6 +130,7 @@ def train_cmd(
         check_training(plan, training)
         options = _options(steps, warmup, out, data, checkpoint, checkpoint_every, resume, seed, lr)
         options += ["--run-id", run_id] if run_id else []
+        options += ["--other-cluster"] if other_cluster else []
         cmds = node_commands(
             plan, clus, plan_path=plan_file, cluster_path=cluster, rdzv=rdzv, options=options
         )
@@ -133,6 +139,8 @@ def train_cmd(
         return
     path = out or default_path(plan)
     check_output(path, "--out")
+    if checkpoint is not None:
+        check_output_dir(checkpoint, "--checkpoint")
     here = None
     if node is not None or rdzv is not None:
         if node is None or rdzv is None:
@@ -168,10 +176,8 @@ def _execute(
             try:
                 raw = _launch(plan, clus, run, training, here, bar.poll)
             except RunError as err:  # keep the steps measured so far, then fail in one line
-                if err.details:
-                    typer.echo(err.details.rstrip(), err=True)
-                _keep_steps(logs, ranks, step_log, here)
-                raise
+                kept = _keep_steps(logs, ranks, step_log, here)
+                raise _with_log(err, step_log, kept) from None
         if raw is None:
             return None
         log_results(logs, raw, plan, run.warmup)
@@ -179,14 +185,30 @@ def _execute(
     return summarize(plan, raw, warmup=run.warmup, cluster=clus.name)
 
 
-def _keep_steps(logs: Path, ranks: list[int], step_log: Path, here: NodeRun | None) -> None:
+def _with_log(err: RunError, step_log: Path, kept: str) -> RunError:
+    """``err`` in one line that also says which steps were kept and where the failed rank's
+    traceback was written (a log file beside the step log)."""
+    parts = [str(err)] + ([kept] if kept else [])
+    if err.details:
+        log = step_log.with_name(step_log.name.removesuffix(".jsonl") + ".error.log")
+        try:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text(err.details.rstrip() + "\n")
+            parts.append(f"traceback in {log}")
+        except OSError:
+            pass  # the message stands without the log
+    return RunError("; ".join(parts), rank=err.rank, details=err.details)
+
+
+def _keep_steps(logs: Path, ranks: list[int], step_log: Path, here: NodeRun | None) -> str:
     """The complete steps of this node's ranks, next to the measurement (a node other than the
-    first writes its own file: the folder may be shared)."""
+    first writes its own file: the folder may be shared); what was kept, in words."""
     if here is not None and here.ranks and here.nodes[here.ranks[0]] != here.nodes[0]:
         step_log = step_log.with_suffix(f".{here.nodes[here.ranks[0]]}.jsonl")
-    if complete_steps(read_records(logs), ranks):
-        kept = merge(logs, ranks, step_log)
-        typer.echo(f"kept {kept} measured step(s) in {step_log}", err=True)
+    if not complete_steps(read_records(logs), ranks):
+        return ""
+    kept = merge(logs, ranks, step_log)
+    return f"kept {plural(kept, 'measured step')} in {step_log}"
 
 
 def _launch(
@@ -289,16 +311,6 @@ def _options(
 def steps_path(measurement: Path) -> Path:
     """The JSON-lines step log beside a measurement file."""
     return measurement.with_suffix(".steps.jsonl")
-
-
-def check_output(path: Path, option: str) -> None:
-    """InputError before any work when ``path`` cannot be written (its folder is created)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise InputError(f"{option} {path}: cannot create its folder ({err.strerror})") from None
-    if path.is_dir() or not os.access(path.parent, os.W_OK):
-        raise InputError(f"{option} {path}: not a writable file path")
 
 
 def register(app: typer.Typer) -> None:

@@ -31,8 +31,8 @@ from hetplan.cli.cmd_plan import (
     SyncOnlyOpt,
     run_search,
 )
-from hetplan.cli.cmd_run import check_output
 from hetplan.cli.output import console, print_json
+from hetplan.cli.paths import check_output
 from hetplan.cli.progress_view import ProgressLine
 from hetplan.errors import InputError
 from hetplan.run.trial import DEFAULT_REL_HALFWIDTH

@@ -12,6 +12,8 @@ those modules import torch and other heavy packages inside the commands that use
 from __future__ import annotations
 
 import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
 
 import typer
 
@@ -25,6 +27,7 @@ from hetplan.cli import (
     cmd_run,
     cmd_tune,
 )
+from hetplan.cli.output import silence_stdout
 from hetplan.errors import HetplanError
 
 app = typer.Typer(
@@ -34,6 +37,35 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version() -> str:
+    try:
+        return version("hetplan")
+    except PackageNotFoundError:  # run from a source tree that was not installed
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"hetplan {_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    _show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print hetplan's version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Plan and run distributed training of PyTorch models on heterogeneous devices."""
+
 
 for _module in (
     cmd_cluster,
@@ -55,3 +87,27 @@ def main(argv: list[str] | None = None) -> None:
     except HetplanError as err:
         print(f"hetplan: error: {err}", file=sys.stderr)
         sys.exit(2)
+    except SystemExit as done:
+        if done.code == 1 and _stdout_closed():
+            sys.exit(0)  # the reader stopped early (``| head``): not an error
+        if done.code in (0, None):
+            _flush_stdout()
+        raise
+
+
+def _stdout_closed() -> bool:
+    """True when stdout's reader went away during the command: typer then swaps stdout for
+    click's PacifyFlushWrapper and exits 1."""
+    if type(sys.stdout).__name__ != "PacifyFlushWrapper":
+        return False
+    silence_stdout()
+    return True
+
+
+def _flush_stdout() -> None:
+    """Flush now, so that a reader gone after the last write is not reported by the
+    interpreter's own flush at exit (exit status 120 and a message)."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()

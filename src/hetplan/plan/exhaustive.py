@@ -54,7 +54,8 @@ def exhaustive_search(
         families = tuple(f for f in families if f in ("dp", "ps"))
     pool: list[Candidate] = []
     for devices in _subsets(cluster, subsets):
-        if len(devices) <= ctx.batch and len(devices) <= (opts.limits.max_devices or len(devices)):
+        n = len(devices)
+        if (opts.limits.min_devices or 1) <= n <= min(ctx.batch, opts.limits.max_devices or n):
             pool.extend(candidates_on(ctx, cluster, devices, families))
     failures: dict[str, str] = {}
     base = baselines(ctx, cluster, failures)

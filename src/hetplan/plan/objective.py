@@ -111,6 +111,8 @@ class Limits:
 
     max_power_w: float | None = None
     max_devices: int | None = None
+    min_devices: int | None = None
+    """Fewest devices a plan must use (``plan --min-devices``, ``--all-devices``)."""
     deadline_s: float | None = None
     """Longest acceptable epoch time (or iteration time without a dataset size), seconds."""
     budget_usd: float | None = None
@@ -123,6 +125,8 @@ class Limits:
             out.append(f"power {m.power_w:.0f} W > limit {self.max_power_w:.0f} W")
         if self.max_devices is not None and m.devices > self.max_devices:
             out.append(f"{m.devices} devices > limit {self.max_devices}")
+        if self.min_devices is not None and m.devices < self.min_devices:
+            out.append(f"{m.devices} devices < minimum {self.min_devices}")
         if self.deadline_s is not None and m.time_s * iterations > self.deadline_s:
             out.append(f"time {m.time_s * iterations:.1f} s > deadline {self.deadline_s:.1f} s")
         if self.budget_usd is not None:

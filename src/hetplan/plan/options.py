@@ -6,12 +6,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hetplan.errors import InputError
 from hetplan.plan.objective import Limits, Objective
+from hetplan.plan.types import MAX_BATCH
 
 FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
 RUNNABLE = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
 """Families ``hetplan train`` executes; dp, gpipe, 1f1b and hybrid also with tensor
 parallelism inside their stages (``search.unrunnable``)."""
+
+
+def check_batch(batch: int, option: str = "--batch") -> None:
+    """InputError naming ``option`` unless ``batch`` is a global batch a plan can have."""
+    if not 1 <= batch <= MAX_BATCH:
+        raise InputError(f"{option} must be between 1 and {MAX_BATCH:,} samples (got {batch})")
 
 
 class Progress(Protocol):

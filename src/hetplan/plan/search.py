@@ -45,6 +45,10 @@ REFINED_PER_FAMILY = 4
 """Screened candidates per family whose micro-batch count is refined."""
 SIMULATED_PER_FAMILY = 3
 """Refined candidates per family that get a full simulation."""
+PARETO_SIMULATED = 12
+"""Most members of the screening estimates' time-energy front simulated whatever the
+objective (spread evenly along it), so that the reported front is the same for every
+objective."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +71,10 @@ class Ranking:
     baselines: dict[str, Ranked]
     rejected: Counter[str] = field(default_factory=Counter)
     pareto: list[Ranked] = field(default_factory=list)
-    """Time-energy Pareto front of the ranked candidates, fastest first."""
+    """Time-energy Pareto front of the ranked candidates, fastest first. The simulated
+    candidates always include the front of every screened candidate's estimate, so the front
+    does not depend on the objective (but for candidates only one objective's shortlist found
+    that join it)."""
     screened: int = 0
     """Candidates generated and estimated."""
     simulated: int = 0
@@ -107,8 +114,10 @@ def search(
     chosen = _final_list(refined, opts.objective)
     failures: dict[str, str] = {}
     base = list(baselines(ctx, cluster, failures).values())
-    # Under a time limit the most promising candidates go first and the baselines last.
-    todo = unique(chosen + base if opts.time_limit_s is not None else base + chosen)
+    front = _estimated_front(pool)
+    # Under a time limit the most promising candidates go first, the baselines and the rest
+    # of the front last.
+    todo = unique(chosen + base + front if opts.time_limit_s is not None else base + chosen + front)
     simulated = simulate(ctx, todo, opts, rejected, failures, progress, budget)
     ranking = rank(simulated, opts, rejected)
     ranking.screened = len(pool)
@@ -144,6 +153,18 @@ def _shortlist(pool: Sequence[Candidate], objective: Objective, keep: int) -> li
         order = sorted(range(len(members)), key=scores.__getitem__)
         out.extend(members[i] for i in order[:keep])
     return out
+
+
+def _estimated_front(pool: Sequence[Candidate]) -> list[Candidate]:
+    """Up to PARETO_SIMULATED members of the time-energy front of every screened candidate's
+    estimate, fastest first, both ends kept."""
+    members = [
+        pool[i] for i in pareto_front([(c.estimate.time_s, c.estimate.energy_j) for c in pool])
+    ]
+    if len(members) <= PARETO_SIMULATED:
+        return members
+    step = (len(members) - 1) / (PARETO_SIMULATED - 1)
+    return [members[round(k * step)] for k in range(PARETO_SIMULATED)]
 
 
 def _final_list(pool: Sequence[Candidate], objective: Objective) -> list[Candidate]:

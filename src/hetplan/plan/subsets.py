@@ -89,7 +89,12 @@ def subset_space(
         space = Space(sym=sym, method="descent")
         priced = _descend(ctx, sym, opts.objective, cap, progress, budget or Budget())
         sels = list(priced)
-    kept = sorted((s for s in sels if 1 <= sym.size(s) <= cap), key=sym.size, reverse=True)
+    floor = max(1, opts.limits.min_devices or 1)
+    if floor > cap:
+        return space
+    if space.method == "descent" and not any(sym.size(s) >= floor for s in sels):
+        sels = [*sels, _full(sym)]  # e.g. --all-devices: the descent's subsets are smaller
+    kept = sorted((s for s in sels if floor <= sym.size(s) <= cap), key=sym.size, reverse=True)
     best = math.inf
     for i, sel in enumerate(kept):
         if budget is not None and space.selections and budget.stop("screening subsets"):
@@ -103,6 +108,11 @@ def subset_space(
             shown = "" if math.isinf(best) else f"~{best:.4g} s per iteration (estimate)"
             progress("screening subsets", i + 1, len(kept), best=shown)
     return space
+
+
+def _full(sym: Symmetry) -> Selection:
+    """Every device of the cluster."""
+    return node_level(sym, [len(sym.shapes[c.shape].nodes) for c in sym.classes])
 
 
 def dp_of(ctx: Context, sym: Symmetry, sel: Selection, *, equal: bool = False) -> Candidate | None:

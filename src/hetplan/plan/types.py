@@ -18,6 +18,10 @@ Optimizer = Literal["sgd", "momentum", "adam"]
 Sync = Literal["bsp", "wsp"]
 PsAssignment = Literal["round_robin", "size"]
 
+MAX_BATCH = 2**31 - 1
+"""Largest global batch, samples per iteration: far above any real one; below it the batch
+splits (float64 shares, exact to 2^53) always sum to the batch."""
+
 
 @dataclass(kw_only=True)
 class ModelRef:
@@ -82,6 +86,9 @@ class Plan:
     """Gradient bucket cap in MB (DistributedDataParallel's bucket_cap_mb)."""
     cluster: str | None = None
     """Name of the cluster the plan was made for (informative)."""
+    cluster_digest: str | None = None
+    """Digest of that cluster's device ids, types and nodes (``plan.stamp``): ``predict``
+    and ``train`` refuse the plan on another cluster unless told to use it anyway."""
 
     def __post_init__(self) -> None:
         _check_plan(self)
@@ -98,8 +105,12 @@ class Plan:
 
 def _check_plan(plan: Plan) -> None:
     """Structural checks that need no model or cluster (torchtitan-style, numbers in messages)."""
-    if plan.global_batch < 1:
-        raise ValueError(f"global_batch: must be >= 1 (got {plan.global_batch})")
+    if not 1 <= plan.global_batch <= MAX_BATCH:
+        raise ValueError(
+            f"global_batch: must be between 1 and {MAX_BATCH} (got {plan.global_batch})"
+        )
+    if not plan.bucket_mb > 0:
+        raise ValueError(f"bucket_mb: must be > 0 MB (got {plan.bucket_mb:g})")
     if not plan.pipelines:
         raise ValueError("pipelines: at least one pipeline is required")
     if plan.micro_batches < 1 or plan.tp < 1 or plan.staleness < 0:

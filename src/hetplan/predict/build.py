@@ -38,11 +38,11 @@ def _shape(strategy: str, n: int, dp: int | None, pp: int | None, tp: int) -> tu
     if strategy in ("dp", "ps"):
         if pp not in (None, 1):
             raise InputError(f"--pp: strategy {strategy} has one stage per replica (got {pp})")
-        return (dp if dp is not None else n // tp), 1
+        return (dp if dp is not None else _fit(n, tp, "replicas")), 1
     if strategy in ("gpipe", "1f1b", "pipedream"):
         if dp not in (None, 1):
             raise InputError(f"--dp: strategy {strategy} has one pipeline (got {dp}); use hybrid")
-        return 1, (pp if pp is not None else n // tp)
+        return 1, (pp if pp is not None else _fit(n, tp, "stages"))
     if dp is None and pp is None:
         raise InputError("strategy hybrid: give --dp (pipelines) or --pp (stages per pipeline)")
     if dp is None:
@@ -50,6 +50,17 @@ def _shape(strategy: str, n: int, dp: int | None, pp: int | None, tp: int) -> tu
     if pp is None:
         pp = n // (tp * dp)
     return dp, pp
+
+
+def _fit(n: int, tp: int, what: str) -> int:
+    """``n // tp`` groups of ``tp`` devices; InputError when ``tp`` does not divide ``n``, so
+    that no device is silently left out."""
+    if n % tp:
+        raise InputError(
+            f"--tp {tp} does not divide the {n} devices given: {n // tp} {what} of {tp} would "
+            f"leave {n % tp} out; give --devices with a multiple of {tp}, or --dp/--pp"
+        )
+    return n // tp
 
 
 def _bounds(n_layers: int, pp: int, partition: Sequence[int] | None) -> list[int]:
@@ -164,6 +175,10 @@ def plan_from_options(
         cluster.device(d)  # InputError naming the id and the known ones
     if partition is not None and pp is None and strategy not in ("dp", "ps"):
         pp = len(partition) + (0 if partition and partition[0] == 0 else 1)
+    if not 1 <= tp <= len(pool):
+        raise InputError(
+            f"--tp {tp}: a tensor-parallel group needs {tp} devices, {len(pool)} given"
+        )
     nrep, nst = _shape(strategy, len(pool), dp, pp, tp)
     need = nrep * nst * tp
     if nrep < 1 or nst < 1 or need > len(pool):
