@@ -6,9 +6,7 @@ plan quality on the local machine (``hetplan bench``).
 - :mod:`hetplan.bench.stats`: ``summarize`` (median/p90 time and memory error, selection
   accuracy, speedups).
 - :mod:`hetplan.bench.report`: ``write_report`` (``report.md``, ``report.html``, figures).
+
+The package itself imports nothing: ``hetplan bench --help`` must not load numpy or torch.
+
 """
-
-from hetplan.bench.stats import Summary, summarize
-from hetplan.bench.types import CaseResult, RankMemory, Span, SuiteResult
-
-__all__ = ["CaseResult", "RankMemory", "Span", "SuiteResult", "Summary", "summarize"]

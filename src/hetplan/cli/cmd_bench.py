@@ -7,19 +7,21 @@ import math
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-# Torch and matplotlib load inside the command that needs them: `hetplan --help` stays quick.
-# ruff: noqa: PLC0415
-from hetplan.bench.stats import Summary, case_memory_error, memory_error, summarize
 from hetplan.bench.suite import BENCH_STRATEGIES, FULL, QUICK, cluster_path, select_models
 from hetplan.bench.types import PLANNER, SuiteResult
 from hetplan.cli.output import console, print_json
 from hetplan.cli.paths import check_output_dir
 from hetplan.errors import InputError
-from hetplan.serde import load_file, to_data, write_json_atomic
+
+# Torch, numpy, pydantic and matplotlib load inside the command that needs them: `hetplan
+# --help` and the light commands stay quick.
+# ruff: noqa: PLC0415
+if TYPE_CHECKING:
+    from hetplan.bench.stats import Summary
 
 PLANNER_SIZES_FULL = (8, 16)
 """Extra homogeneous cluster sizes the full suite times the planner on (no run)."""
@@ -30,6 +32,9 @@ def _finite(x: float) -> float | None:
 
 
 def _json(result: SuiteResult, summary: Summary, out: Path) -> dict[str, Any]:
+    from hetplan.bench.stats import case_memory_error, memory_error
+    from hetplan.serde import to_data
+
     data = {k: v for k, v in to_data(summary).items() if k not in ("selections", "speedups")}
     for key in ("median_memory_error", "p90_memory_error"):  # null, not NaN, when no figure
         data[key] = _finite(data[key])
@@ -94,6 +99,7 @@ def bench_cmd(
 ) -> None:
     """Run the validation suite on this machine and write report.md / report.html."""
     from hetplan.bench.runner import run_suite
+    from hetplan.serde import load_file, to_data, write_json_atomic
 
     if from_results is not None:
         check_output_dir(out, "--out")
@@ -131,6 +137,7 @@ def bench_cmd(
 
 def _finish(result: SuiteResult, out: Path, as_json: bool) -> None:
     from hetplan.bench.report import write_report
+    from hetplan.bench.stats import summarize
 
     md, page = write_report(result, out)
     summary = summarize(result.cases)

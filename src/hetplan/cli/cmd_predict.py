@@ -98,7 +98,6 @@ def predict_cmd(
     from hetplan.run.power_profile import with_power_fits
 
     precision = parse_dtype(dtype) if dtype is not None else "fp32"
-    _check_outputs(out, html, batch)
     if plan_file is not None:
         _reject_with_plan(
             {
@@ -121,6 +120,7 @@ def predict_cmd(
                 "--recompute": recompute,
             }
         )
+    _check_outputs(out, html, batch)
     clus = load_cluster(cluster)
     if not analytical:
         clus, _ = with_power_fits(clus, profiles)

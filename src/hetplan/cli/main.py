@@ -12,7 +12,6 @@ those modules import torch and other heavy packages inside the commands that use
 from __future__ import annotations
 
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated
 
 import typer
@@ -40,6 +39,8 @@ app = typer.Typer(
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415 (~0.1 s)
+
     try:
         return version("hetplan")
     except PackageNotFoundError:  # run from a source tree that was not installed

@@ -21,8 +21,6 @@ import os
 import tempfile
 from pathlib import Path
 
-import torch
-
 import hetplan
 from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
@@ -51,6 +49,8 @@ def source_hash() -> str:
 
 
 def cache_key(name: str, dataset: str | None, depth: int | None, batch: int, dtype: str) -> str:
+    import torch  # noqa: PLC0415 (this module stays torch-free for `hetplan models`)
+
     parts = {
         "name": name,
         "dataset": dataset,
