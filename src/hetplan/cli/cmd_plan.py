@@ -16,6 +16,7 @@ from hetplan.cli.help_text import DTYPE_HELP
 from hetplan.cli.output import console, print_json
 from hetplan.cli.page import write_ranking_page
 from hetplan.cli.paths import check_output
+from hetplan.cli.status import working
 from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
@@ -211,7 +212,8 @@ def run_search(req: SearchRequest, quiet: bool) -> tuple[Ranking, Cluster, Searc
     opts = req.options(clus)
     if not req.analytical:
         clus, _ = with_power_fits(clus, req.profiles)
-    graph = build_graph(ref)
+    with working(f"tracing {ref.name}", quiet=quiet):
+        graph = build_graph(ref)
     compute = compute_model(ref.dtype, directory=req.profiles, measured=not req.analytical)
     start = time.perf_counter()
     status = Console(stderr=True, highlight=False)

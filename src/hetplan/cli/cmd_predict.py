@@ -12,6 +12,7 @@ from hetplan.cli.output import console, print_json
 from hetplan.cli.page import write_prediction_page
 from hetplan.cli.paths import OtherClusterOpt, check_output
 from hetplan.cli.predict_view import print_prediction
+from hetplan.cli.status import working
 from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
@@ -132,7 +133,8 @@ def predict_cmd(
         raise InputError("give --plan FILE, or --model and --strategy to build a plan")
     else:
         ref = ModelRef(name=model, dataset=dataset, dtype=precision)
-    graph = build_graph(ref)
+    with working(f"tracing {ref.name}", quiet=as_json):
+        graph = build_graph(ref)
     compute = compute_model(ref.dtype, directory=profiles, measured=not analytical)
     if plan is None:
         assert strategy is not None and model is not None
@@ -158,7 +160,8 @@ def predict_cmd(
             recompute=recompute,
         )
     size = dataset_size if dataset_size is not None else DATASET_SIZES.get(ref.dataset or "")
-    pred = predict(plan, graph, clus, compute, dataset_size=size)
+    with working("simulating the plan", quiet=as_json):
+        pred = predict(plan, graph, clus, compute, dataset_size=size)
     if out is not None:
         write_json_atomic(out, to_data(stamped(plan, clus)))
     if html is not None:

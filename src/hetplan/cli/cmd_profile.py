@@ -11,6 +11,7 @@ from rich.table import Table
 
 from hetplan.cli.output import console, print_json
 from hetplan.cli.paths import check_output, check_output_dir
+from hetplan.cli.status import working
 from hetplan.cluster.config import load_cluster, load_cluster_config, write_cluster_config
 from hetplan.errors import HetplanError, InputError
 from hetplan.run.launch import launch_local
@@ -144,7 +145,8 @@ def profile(
             steps=steps,
             optimizer=optimizer,
         )
-        result = profile_model(req)
+        with working(f"profiling {model} on {device}", quiet=json_out):
+            result = profile_model(req)
         path = store_profile(result, out)
     except HetplanError as err:
         raise _fail(err) from None
@@ -248,7 +250,8 @@ def profile_links(
         )
         config = load_cluster_config(cluster)
         resolved = load_cluster(cluster)
-        report = benchmark_links(resolved, settings, launch_local, timeout_s=timeout)
+        with working("measuring links", quiet=json_out):
+            report = benchmark_links(resolved, settings, launch_local, timeout_s=timeout)
         write_cluster_config(out, apply_report(config, resolved, report))
     except HetplanError as err:
         raise _fail(err) from None
@@ -286,7 +289,8 @@ def profile_power(
     if out is not None:
         check_output_dir(out, "--out")
     kind = device_type
-    points = measure_power_points(device, seconds)
+    with working(f"measuring power of {device}", quiet=json_out):
+        points = measure_power_points(device, seconds)
     fit = record_power_points(kind, points, out)
     data = {"device": device, "type": kind, "points": points, "fit": to_data(fit)}
     if json_out:

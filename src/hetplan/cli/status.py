@@ -1,0 +1,25 @@
+"""A transient spinner on stderr for the phases of a command that can take seconds.
+
+Shown only when stderr is a terminal (pipes, CI logs and ``--json`` output stay clean), and
+erased when the phase ends, so that stdout carries only the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+
+_stderr = Console(stderr=True, highlight=False)
+
+
+@contextmanager
+def working(text: str, *, quiet: bool = False) -> Iterator[None]:
+    """A spinner labelled ``text`` while the block runs (nothing when ``quiet`` or when
+    stderr is not a terminal)."""
+    if quiet or not _stderr.is_terminal:
+        yield
+        return
+    with _stderr.status(text, spinner="dots"):
+        yield
