@@ -4,7 +4,8 @@
 four Gaussian blobs (map-style, in memory); ``stream`` the same samples as an iterable dataset
 read from a CSV file that it writes next to this file on first use. Try::
 
-    hetplan plan --model examples/data/blobs.py:model --cluster examples/clusters/local-cpu-hetero.yaml --batch 64 --out blobs-plan.json
+    hetplan plan --model examples/data/blobs.py:model \\
+        --cluster examples/clusters/local-cpu-hetero.yaml --batch 64 --out blobs-plan.json
     hetplan train blobs-plan.json --cluster examples/clusters/local-cpu-hetero.yaml \\
         --data examples/data/blobs.py:dataset --steps 50 --checkpoint out/blobs-ckpt
 """

@@ -103,7 +103,7 @@ def test_package_module_function(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ("suffix", "message"),
     [
         (":boom", r"my_models.py:boom: the function raised RuntimeError: no weights here$"),
-        (":wrong", r"my_models.py:wrong: returned a int; expected an nn.Module"),
+        (":wrong", r"my_models.py:wrong: returned an int; expected an nn.Module"),
         (":missing", r"my_models.py: no function 'missing' \(callables there: .*boom"),
         (":NOT_CALLABLE", r"my_models.py: no function 'NOT_CALLABLE'"),
     ],

@@ -171,7 +171,8 @@ def _with_task(base: BuiltModel, out: Any) -> BuiltModel:
 def _describe(obj: Any) -> str:
     if isinstance(obj, tuple):
         return f"a tuple of {len(obj)} ({', '.join(type(x).__name__ for x in obj)})"
-    return f"a {type(obj).__name__}"
+    name = type(obj).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
 def _one_line(err: BaseException) -> str:
