@@ -276,18 +276,16 @@ def predict_plan(plan: Plan, cluster: Cluster) -> tuple[Any | None, str]:
     model otherwise.
     """
     try:  # optional at run time: a missing predictor must not stop a measurement
-        from hetplan.cost.compute import AnalyticalCompute  # noqa: PLC0415
         from hetplan.graph import build_graph  # noqa: PLC0415
         from hetplan.predict import predict  # noqa: PLC0415
-        from hetplan.profile.measured import MeasuredCompute  # noqa: PLC0415
-        from hetplan.profile.store import load_profiles  # noqa: PLC0415
+        from hetplan.profile.select import compute_model  # noqa: PLC0415
     except ImportError as err:  # a partial install: measure anyway
         return None, f"predictor not available ({err})"
     graph = build_graph(plan.model)
-    profiles = load_profiles()
-    compute: Any = MeasuredCompute(profiles) if profiles else AnalyticalCompute(plan.model.dtype)
-    kind = f"measured profiles ({len(profiles)})" if profiles else "analytical compute model"
-    return predict(plan, graph, cluster, compute), kind
+    pred = predict(plan, graph, cluster, compute_model(plan.model.dtype))
+    # What priced the layers, per device type: profiles of another model or device type do
+    # not count as measured (the prediction's own account, not the store's size).
+    return pred, pred.cost_source
 
 
 def with_energy(m: Measurement, cluster: Cluster) -> Measurement:
