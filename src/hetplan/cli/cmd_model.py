@@ -12,7 +12,7 @@ from rich.table import Table
 
 from hetplan.cli.output import console, print_json
 from hetplan.errors import HetplanError
-from hetplan.units import fmt_bytes
+from hetplan.units import BYTES_NOTE, fmt_bytes
 
 # The model zoo and tracer (torch) load inside the commands: `hetplan --help` stays quick.
 # ruff: noqa: PLC0415
@@ -101,7 +101,10 @@ def _gflop(flops: float) -> str:
 
 def _table(report: dict[str, Any]) -> Table:
     ds = f" / {report['dataset']}" if report["dataset"] else ""
-    table = Table(title=f"{report['model']}{ds}, batch {report['batch']}, {report['dtype']}")
+    table = Table(
+        title=f"{report['model']}{ds}, batch {report['batch']}, {report['dtype']}",
+        caption=f"out, saved, cut after: bytes for the batch ({BYTES_NOTE})",
+    )
     cols = ("layer", "fwd GFLOP", "bwd GFLOP", "params", "out", "saved", "cut after")
     for i, col in enumerate(cols):
         table.add_column(col, justify="left" if i == 0 else "right")

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import math
+import sys
+import textwrap
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from rich.table import Table
@@ -9,8 +16,29 @@ from rich.table import Table
 from hetplan.cli.output import console
 from hetplan.plan.search import Ranked, Ranking
 from hetplan.plan.staleness import is_asynchronous, staleness_of, staleness_text
+from hetplan.plan.types import PIPELINED, PipelinePlan, Plan
+from hetplan.predict import DevicePrediction
 from hetplan.serde import to_data
-from hetplan.units import fmt_bytes, fmt_seconds
+from hetplan.units import (
+    BYTES_NOTE,
+    fmt_bytes,
+    fmt_dollars,
+    fmt_joules,
+    fmt_percent,
+    fmt_seconds,
+    plural,
+)
+
+MAX_GROUPS = 16
+"""Most pipeline groups the winner's stage map prints (the plan file lists every pipeline)."""
+MAX_STAGES = 8
+"""Most stages printed per pipeline group; a longer pipeline shows its first and last ones."""
+PLAN_WIDTH = 60
+"""Most characters of a plan label kept on one line of the table."""
+LEGEND_WIDTH = 120
+"""Widest line of the legend below the table."""
+SHOWN_IDS = 3
+"""Device ids listed before ``... (+N more)``."""
 
 
 def table_rows(ranking: Ranking, top: int) -> list[Ranked]:
@@ -27,71 +55,286 @@ def table_rows(ranking: Ranking, top: int) -> list[Ranked]:
     return rows[:top]
 
 
-def _headroom(r: Ranked) -> str:
+@dataclass
+class TableRow:
+    """One row of the ranked table: a plan, and the other table rows that are the same plan."""
+
+    ranked: Ranked
+    also: list[Ranked] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        """The plan's label, its baseline tag, and what else it stands for."""
+        c = self.ranked.candidate
+        text = c.label + (f" ({c.baseline} baseline)" if c.baseline else "")
+        if self.also:
+            names = dict.fromkeys(_row_name(r) for r in self.also)
+            text += f" (also: {', '.join(names)})"
+        return text
+
+
+def _row_name(r: Ranked) -> str:
+    c = r.candidate
+    return f"{c.baseline} baseline" if c.baseline else c.family
+
+
+def _plan_key(plan: Plan) -> str:
+    """Equal for plans that run the same way: a single-stage pipeline is scheduled alike by
+    every pipelined strategy (gpipe, 1f1b and pipedream differ only across stages)."""
+    data = to_data(plan)
+    if plan.strategy in PIPELINED and len(plan.pipelines) == 1 and plan.num_stages == 1:
+        data["strategy"] = "single-stage pipeline"
+    return json.dumps(data, sort_keys=True)
+
+
+def _same_figures(a: Ranked, b: Ranked) -> bool:
+    pa, pb = a.prediction, b.prediction
+    return math.isclose(pa.iteration_time_s, pb.iteration_time_s, rel_tol=1e-9) and math.isclose(
+        pa.energy_j_per_iteration, pb.energy_j_per_iteration, rel_tol=1e-9
+    )
+
+
+def table_groups(ranking: Ranking, top: int) -> list[TableRow]:
+    """:func:`table_rows` with rows of the same plan merged into the best of them, at most
+    ``top``."""
+    out: list[TableRow] = []
+    by_key: dict[str, TableRow] = {}
+    for r in table_rows(ranking, sys.maxsize):
+        key = _plan_key(r.candidate.plan)
+        first = by_key.get(key)
+        if first is not None and _same_figures(first.ranked, r):
+            first.also.append(r)
+            continue
+        row = TableRow(ranked=r)
+        by_key.setdefault(key, row)
+        out.append(row)
+    return out[:top]
+
+
+def _mem_free(r: Ranked) -> str:
     devs = r.prediction.devices
     if not devs:
         return "-"
-    free = min(1.0 - d.memory_bytes / d.memory_capacity_bytes for d in devs)
-    return f"{free:.0%}"
+    return fmt_percent(min(1.0 - d.memory_bytes / d.memory_capacity_bytes for d in devs))
+
+
+def _price_column(rows: Sequence[TableRow]) -> str | None:
+    """``$/epoch`` (or ``$/it`` without a dataset size) when a row has a price, else None."""
+    preds = [row.ranked.prediction for row in rows]
+    if not any(p.dollars_per_iteration is not None for p in preds):
+        return None
+    by_epoch = all(
+        p.dollars_per_epoch is not None for p in preds if p.dollars_per_iteration is not None
+    )
+    return "$/epoch" if by_epoch else "$/it"
+
+
+def _price(r: Ranked, column: str) -> str:
+    p = r.prediction
+    usd = p.dollars_per_epoch if column == "$/epoch" else p.dollars_per_iteration
+    return "-" if usd is None else fmt_dollars(usd)
+
+
+def _legend(price: str | None) -> str:
+    parts = [
+        "iteration: one optimizer step over the global batch",
+        "epoch: one pass over the dataset (- without a dataset size)",
+        "samples/s: training throughput",
+        "staleness: sync, or how far the weights of an asynchronous plan may lag "
+        "(it: iterations; WSP D: waves)",
+        "mem free: smallest fraction of memory left free on any device of the plan",
+        "power W: mean power of the plan's devices over the iteration",
+        "energy/it: their energy per iteration",
+        "EDP J*s/it: energy-delay product per iteration (energy/it x iteration)",
+    ]
+    if price == "$/epoch":
+        parts.append("$/epoch: rental cost of the plan's devices per epoch (list prices)")
+    elif price == "$/it":
+        parts.append("$/it: rental cost of the plan's devices per iteration (list prices)")
+    return "; ".join(parts)
+
+
+def _samples(x: float) -> str:
+    return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def _cells(i: int, row: TableRow, price: str | None) -> list[str]:
+    r = row.ranked
+    p = r.prediction
+    tag = row.label[len(r.candidate.label) :].strip()
+    cells = [
+        str(i),
+        r.candidate.label + (f" [dim]{tag}[/]" if tag else ""),
+        str(r.metrics.devices),
+        staleness_text(r.candidate.plan),
+        fmt_seconds(p.iteration_time_s),
+        "-" if p.epoch_time_s is None else fmt_seconds(p.epoch_time_s),
+        _samples(p.samples_per_s),
+        _mem_free(r),
+        f"{p.power_w:.0f}",
+        fmt_joules(p.energy_j_per_iteration),
+        f"{r.metrics.edp:.3g}",
+    ]
+    return [*cells, _price(r, price)] if price else cells
+
+
+def _plan_width(heads: Sequence[str], table: Sequence[Sequence[str]], labels: Sequence[str]) -> int:
+    """Width of the plan column: its longest label (no tag) where the console has room, so
+    that labels break only on narrow consoles; the other columns keep their natural width."""
+    others = sum(
+        max(len(h), *(len(cells[k]) for cells in table)) + 3  # padding 2, border 1
+        for k, h in enumerate(heads)
+        if h != "plan"
+    )
+    room = console.width - others - 4  # the plan column's padding and border, the last border
+    return max(len("plan"), min(max(map(len, labels)), PLAN_WIDTH, room))
 
 
 def print_ranking(ranking: Ranking, top: int, seconds: float) -> None:
+    rows = table_groups(ranking, top)
+    price = _price_column(rows)
+    heads = ["#", "plan", "devices", "staleness", "iteration", "epoch", "samples/s", "mem free"]
+    heads += ["power W", "energy/it", "EDP J*s/it", *([price] if price else [])]
+    table = [_cells(i, row, price) for i, row in enumerate(rows, 1)]
+    width = _plan_width(heads, table, [row.ranked.candidate.label for row in rows])
     t = Table(title=f"best plans per strategy family (objective: {ranking.objective.name})")
-    for col in ("#", "plan", "devices", "staleness", "iteration", "epoch", "samples/s", "headroom"):
-        t.add_column(col, justify="left" if col in ("plan", "staleness") else "right")
-    for col in ("power W", "energy J/it", "EDP J*s"):
-        t.add_column(col, justify="right")
-    for i, r in enumerate(table_rows(ranking, top), 1):
-        p = r.prediction
-        tag = f" [dim]({r.candidate.baseline} baseline)[/]" if r.candidate.baseline else ""
-        epoch = "-" if p.epoch_time_s is None else fmt_seconds(p.epoch_time_s)
-        t.add_row(
-            str(i),
-            r.candidate.label + tag,
-            str(r.metrics.devices),
-            staleness_text(r.candidate.plan),
-            fmt_seconds(p.iteration_time_s),
-            epoch,
-            f"{p.samples_per_s:.1f}",
-            _headroom(r),
-            f"{p.power_w:.0f}",
-            f"{p.energy_j_per_iteration:.1f}",
-            f"{r.metrics.edp:.3g}",
+    for col in heads:
+        t.add_column(
+            col,
+            justify="left" if col in ("plan", "staleness") else "right",
+            min_width=width if col == "plan" else None,
         )
+    for cells in table:
+        t.add_row(*cells)
     console.print(t)
+    for line in textwrap.wrap(_legend(price), width=max(60, min(console.width, LEGEND_WIDTH))):
+        console.print(line, markup=False)
     for name, why in ranking.baseline_failures.items():
         console.print(f"baseline {name}: infeasible ({why})")
     _print_stage_map(ranking.best)
     for reason in ranking.reasons:
         console.print(f"- {reason}")
     front = ", ".join(
-        f"{fmt_seconds(r.metrics.time_s)} / {r.metrics.energy_j:.0f} J" for r in ranking.pareto
+        f"{fmt_seconds(r.metrics.time_s)} / {fmt_joules(r.metrics.energy_j)}"
+        for r in ranking.pareto
     )
-    console.print(f"time-energy Pareto front (iteration / energy): {front}")
+    console.print(f"time-energy Pareto front (iteration / energy per iteration): {front}")
     console.print(
-        f"searched {ranking.screened} candidates, simulated {ranking.simulated}, in {seconds:.2f} s"
+        f"searched {plural(ranking.screened, 'candidate')}, simulated {ranking.simulated}, "
+        f"in {seconds:.2f} s"
     )
+
+
+# ------------------------------------------------------------------------ the stage map
+
+
+def _abbreviate(items: Sequence[str], shown: int = SHOWN_IDS) -> str:
+    """``a, b, c ... (+N more)`` when there are more than ``shown + 1`` items."""
+    if len(items) <= shown + 1:
+        return ", ".join(items)
+    return f"{', '.join(items[:shown])} ... (+{len(items) - shown} more)"
+
+
+def index_ranges(indices: Sequence[int], shown: int = 4) -> str:
+    """Sorted indices as ranges: ``0-3, 7, 9-12``; after ``shown`` ranges, ``... (+N more)``."""
+    runs: list[tuple[int, int]] = []
+    for i in sorted(indices):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    text = [str(a) if a == b else f"{a}-{b}" for a, b in runs]
+    if len(text) <= shown + 1:
+        return ", ".join(text)
+    rest = sum(b - a + 1 for a, b in runs[shown:])
+    return f"{', '.join(text[:shown])} ... (+{rest} more)"
+
+
+def _span(layers: Sequence[str]) -> str:
+    return layers[0] if len(layers) == 1 else f"{layers[0]}..{layers[-1]}"
+
+
+def _range(values: Sequence[float]) -> str:
+    """``12.30 MB``, or ``12.30-13.10 MB`` (``980.00 MB-1.02 GB`` across units)."""
+    lo, hi = fmt_bytes(min(values)), fmt_bytes(max(values))
+    if lo == hi:
+        return lo
+    (lo_n, lo_u), hi_u = lo.split(" "), hi.split(" ")[1]
+    return f"{lo_n}-{hi}" if lo_u == hi_u else f"{lo}-{hi}"
+
+
+def _types(ids: Sequence[str], mem: dict[str, DevicePrediction]) -> tuple[str, ...]:
+    return tuple(mem[d].type if d in mem else "?" for d in ids)
+
+
+def _group_key(pipe: PipelinePlan, mem: dict[str, DevicePrediction]) -> tuple[Any, ...]:
+    """Pipelines alike but for their device ids: same layer spans, device types, batch."""
+    stages = tuple((tuple(s.layers), _types(s.devices, mem)) for s in pipe.stages)
+    return (pipe.batch, stages)
+
+
+def _stage_text(stage: int, pipes: Sequence[PipelinePlan], mem: dict[str, DevicePrediction]) -> str:
+    """One stage of a group of alike pipelines: its layers, device types, ids and memory."""
+    layers = pipes[0].stages[stage].layers
+    ids = [d for p in pipes for d in p.stages[stage].devices]
+    counts = Counter(_types(pipes[0].stages[stage].devices, mem))
+    kinds = ", ".join(t if n == 1 else f"{n}x {t}" for t, n in counts.items())
+    known = [mem[d] for d in ids if d in mem]
+    used = ""
+    if known:
+        used = (
+            f": {_range([d.memory_bytes for d in known])} of "
+            f"{_range([d.memory_capacity_bytes for d in known])}"
+        )
+    return f"[{_span(layers)} ({plural(len(layers), 'layer')}) on {kinds} {_abbreviate(ids)}{used}]"
+
+
+def _stages_text(pipes: Sequence[PipelinePlan], mem: dict[str, DevicePrediction]) -> str:
+    n = len(pipes[0].stages)
+    if n <= MAX_STAGES:
+        return " -> ".join(_stage_text(j, pipes, mem) for j in range(n))
+    head = [_stage_text(j, pipes, mem) for j in range(MAX_STAGES - 2)]
+    tail = [_stage_text(j, pipes, mem) for j in range(n - 2, n)]
+    skipped = n - MAX_STAGES
+    return " -> ".join([*head, f"... ({plural(skipped, 'more stage')}) ...", *tail])
+
+
+def stage_map_lines(best: Ranked) -> list[str]:
+    """The winner's pipelines, alike ones grouped: at most MAX_GROUPS + 2 lines."""
+    plan = best.candidate.plan
+    mem = {d.id: d for d in best.prediction.devices}
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    for i, pipe in enumerate(plan.pipelines):
+        groups.setdefault(_group_key(pipe, mem), []).append(i)
+    lines = []
+    for members in list(groups.values())[:MAX_GROUPS]:
+        pipes = [plan.pipelines[i] for i in members]
+        batch = pipes[0].batch
+        if len(members) == 1:
+            head = f"pipeline {members[0]} (batch {batch})"
+        else:
+            head = f"pipelines {index_ranges(members)} ({len(members)} x, batch {batch} each)"
+        lines.append(f"  {head}: {_stages_text(pipes, mem)}")
+    if len(groups) > MAX_GROUPS:
+        rest = list(groups.values())[MAX_GROUPS:]
+        count = sum(len(m) for m in rest)
+        lines.append(
+            f"  ... {plural(len(rest), 'more group')} of {plural(count, 'pipeline')} "
+            "(the plan file lists every pipeline)"
+        )
+    if plan.ps_devices:
+        lines.append(f"  parameter-server shards on {_abbreviate(plan.ps_devices)}")
+    return lines
 
 
 def _print_stage_map(best: Ranked) -> None:
-    plan = best.candidate.plan
-    mem = {d.id: d for d in best.prediction.devices}
-    console.print(f"winner: {best.candidate.label} (cost source: {best.prediction.cost_source})")
-    for i, pipe in enumerate(plan.pipelines):
-        parts = []
-        for stage in pipe.stages:
-            used = " ".join(
-                f"{d} {fmt_bytes(mem[d].memory_bytes)}/{fmt_bytes(mem[d].memory_capacity_bytes)}"
-                for d in stage.devices
-                if d in mem
-            )
-            span = (
-                stage.layers[0]
-                if len(stage.layers) == 1
-                else (f"{stage.layers[0]}..{stage.layers[-1]}")
-            )
-            parts.append(f"[{span} ({len(stage.layers)} layers) on {used}]")
-        console.print(f"  pipeline {i} (batch {pipe.batch}): " + " -> ".join(parts), markup=False)
+    console.print(
+        f"winner: {best.candidate.label} (cost source: {best.prediction.cost_source}); "
+        f"memory: used of capacity per device ({BYTES_NOTE})",
+        markup=False,
+    )
+    for line in stage_map_lines(best):
+        console.print(line, markup=False)
 
 
 def ranked_json(r: Ranked) -> dict[str, Any]:

@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hetplan.cli.output import console
-from hetplan.units import fmt_bytes, fmt_seconds
+from hetplan.units import (
+    BYTES_NOTE,
+    fmt_bytes,
+    fmt_dollars,
+    fmt_joules,
+    fmt_percent,
+    fmt_seconds,
+    plural,
+)
 
 if TYPE_CHECKING:
     from hetplan.predict import Prediction
@@ -23,17 +31,18 @@ def print_prediction(pred: Prediction) -> None:
         f"(micro-batches of {', '.join(map(str, sorted(set(pred.micro_batch_sizes))))})"
     )
     if pred.epoch_time_s is not None:
+        iters = plural(pred.iterations_per_epoch or 0, "iteration")
+        energy = pred.energy_j_per_epoch or 0.0
         console.print(
-            f"epoch {fmt_seconds(pred.epoch_time_s)} ({pred.iterations_per_epoch} iterations), "
-            f"{(pred.energy_j_per_epoch or 0.0) / 3.6e6:.3f} kWh"
+            f"epoch {fmt_seconds(pred.epoch_time_s)} ({iters}), "
+            f"{fmt_joules(energy)} ({energy / 3.6e6:.3g} kWh)"
         )
-    money = "" if pred.dollars_per_epoch is None else f"   ${pred.dollars_per_epoch:.2f}/epoch"
     console.print(
-        f"power {pred.power_w:.0f} W   energy {pred.energy_j_per_iteration:.1f} J/iteration   "
-        f"EDP {pred.edp:.4g} J*s (per {pred.edp_basis}){money}"
+        f"power {pred.power_w:.0f} W (mean over the iteration)   energy "
+        f"{fmt_joules(pred.energy_j_per_iteration)}/iteration   {edp_text(pred)}{_money(pred)}"
     )
     console.print(
-        f"bubble {100 * pred.bubble_fraction:.1f}%   exposed communication "
+        f"bubble {fmt_percent(pred.bubble_fraction, 1)}   exposed communication "
         f"{fmt_seconds(pred.exposed_comm_s)} per iteration (mean over devices)"
     )
     head = (
@@ -58,7 +67,7 @@ def print_prediction(pred: Prediction) -> None:
                 d.role,
                 fmt_bytes(d.memory_bytes) + over,
                 fmt_bytes(d.memory_capacity_bytes),
-                f"{100 * d.busy_fraction:.1f}%",
+                fmt_percent(d.busy_fraction, 1),
                 f"{d.power_w:.0f} W",
                 fmt_seconds(d.compute_s),
                 fmt_seconds(d.exposed_comm_s),
@@ -66,7 +75,7 @@ def print_prediction(pred: Prediction) -> None:
             )
         )
     widths = [max(len(r[k]) for r in rows) for k in range(len(head))]
-    console.print("per device, per iteration (! = does not fit):")
+    console.print(f"per device, per iteration (! = does not fit; memory in {BYTES_NOTE}):")
     for r in rows:
         cells = [
             c.ljust(w) if k < 3 else c.rjust(w)
@@ -75,3 +84,25 @@ def print_prediction(pred: Prediction) -> None:
         console.print("  " + "  ".join(cells), markup=False)
     for note in pred.notes:
         console.print(f"note: {note}")
+
+
+def edp_iteration(pred: Prediction) -> float:
+    """Energy-delay product of one iteration, J*s: the basis ``hetplan plan`` ranks and prints
+    (``Metrics.edp``), whatever ``pred.edp_basis`` is."""
+    return pred.energy_j_per_iteration * pred.iteration_time_s
+
+
+def edp_text(pred: Prediction) -> str:
+    """``EDP 0.0163 J*s per iteration``, and the epoch's figure when the prediction has one."""
+    text = f"EDP {edp_iteration(pred):.4g} J*s per iteration"
+    if pred.edp_basis == "epoch":
+        text += f" ({pred.edp:.4g} J*s per epoch)"
+    return text
+
+
+def _money(pred: Prediction) -> str:
+    if pred.dollars_per_epoch is not None:
+        return f"   {fmt_dollars(pred.dollars_per_epoch)}/epoch"
+    if pred.dollars_per_iteration is not None:
+        return f"   {fmt_dollars(pred.dollars_per_iteration)}/iteration"
+    return ""

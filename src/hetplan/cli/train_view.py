@@ -16,7 +16,7 @@ from hetplan.report.charts import Bar, gantt_chart
 from hetplan.run.measure import Measurement, memory_error
 from hetplan.serde import to_data
 from hetplan.simulate.timeline import Timeline
-from hetplan.units import fmt_bytes, fmt_seconds
+from hetplan.units import BYTES_NOTE, fmt_bytes, fmt_joules, fmt_percent, fmt_seconds, plural
 
 
 def trace_chart(m: Measurement, timeline: Timeline, path: Path) -> Path:
@@ -35,7 +35,7 @@ def trace_chart(m: Measurement, timeline: Timeline, path: Path) -> Path:
         for a in r.actions
     ]
     lanes = [f"rank {r.rank} {r.device}" for r in roles]
-    title = f"{m.plan.model.name}: {m.plan.strategy}, {len(roles)} ranks"
+    title = f"{m.plan.model.name}: {m.plan.strategy}, {plural(len(roles), 'rank')}"
     return gantt_chart(sim, executed, lanes, path, title=title)
 
 
@@ -48,14 +48,15 @@ def print_report(
 ) -> None:
     """The run's report; ``idle``: (watts, count) of the cluster's devices the plan leaves out."""
     console.print(
-        f"{m.plan.strategy} on {len(m.ranks)} ranks: measured iteration "
-        f"{fmt_seconds(m.measured_iteration_s)} (median of {m.steps} steps after {m.warmup} "
-        f"warm-up; p10 {fmt_seconds(m.iteration_p10_s)}, p90 {fmt_seconds(m.iteration_p90_s)})"
+        f"{m.plan.strategy} on {plural(len(m.ranks), 'rank')}: measured iteration "
+        f"{fmt_seconds(m.measured_iteration_s)} (median of {plural(m.steps, 'step')} after "
+        f"{m.warmup} warm-up; p10 {fmt_seconds(m.iteration_p10_s)}, "
+        f"p90 {fmt_seconds(m.iteration_p90_s)})"
     )
     if m.predicted_iteration_s is not None and m.relative_error is not None:
         console.print(
             f"predicted {fmt_seconds(m.predicted_iteration_s)} ({m.prediction_source}); "
-            f"relative error {100 * m.relative_error:+.1f}%"
+            f"relative error {fmt_percent(m.relative_error, 1, sign=True)}"
         )
     else:
         console.print(f"no prediction: {m.prediction_source}")
@@ -80,20 +81,21 @@ def print_report(
         "p.s: pipeline.stage (server: a parameter-server rank that is no worker); "
         "wait: communication not hidden by compute + idle; "
         f"peak mem: {m.ranks[0].memory_source} of the first step; pred mem: predicted without the "
-        "framework allowance (error)"
+        f"framework allowance (error); memory in {BYTES_NOTE}"
     )
     if m.energy_j_per_iteration is not None:
         pred = m.predicted_energy_j_per_iteration
-        vs = f"; predicted {pred:.3g} J" if pred is not None else ""
+        vs = f"; predicted {fmt_joules(pred)}" if pred is not None else ""
         console.print(
-            f"energy per iteration of the plan's devices {m.energy_j_per_iteration:.3g} J, "
+            f"energy per iteration of the plan's devices {fmt_joules(m.energy_j_per_iteration)}, "
             f"{m.energy_source}{vs}"
         )
         if idle[1]:
             idle_j = idle[0] * m.measured_iteration_s
             console.print(
-                f"  + {idle_j:.3g} J idle power of the {idle[1]} cluster device(s) the plan leaves "
-                f"out (modelled) = {m.energy_j_per_iteration + idle_j:.3g} J per iteration"
+                f"  + {fmt_joules(idle_j)} idle power of the "
+                f"{plural(idle[1], 'cluster device')} the plan leaves out (modelled) = "
+                f"{fmt_joules(m.energy_j_per_iteration + idle_j)} per iteration"
             )
     first = m.first_step
     console.print(
@@ -116,7 +118,7 @@ def _pred_mem(r: Any) -> str:
     err = memory_error(r)
     if err is None:
         return "-"
-    return f"{fmt_bytes(r.predicted_memory_bytes)} ({100 * err:+.0f}%)"
+    return f"{fmt_bytes(r.predicted_memory_bytes)} ({fmt_percent(err, sign=True)})"
 
 
 def report_json(m: Measurement, path: Path, chart: Path | None, idle_w: float) -> dict[str, Any]:
