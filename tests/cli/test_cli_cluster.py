@@ -185,7 +185,7 @@ def test_show_of_a_million_devices_is_quick(tmp_path: Path) -> None:
     result = CliRunner().invoke(_app(), ["cluster", "show", str(path)], env={"COLUMNS": "160"})
     assert time.perf_counter() - start < 2.0
     assert result.exit_code == 0, result.output
-    assert "Cluster big: 1000000 devices, 1 nodes" in result.output
+    assert "Cluster big: 1000000 devices, 1 node" in result.output
     assert "slowest link: n.0 <-> n.1 NVLink3, 270 GB/s, 2.0 us" in result.output
 
 

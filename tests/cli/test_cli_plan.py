@@ -17,6 +17,7 @@ from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
 from hetplan.plan.objective import parse_objective
 from hetplan.plan.search import SearchOptions, search
+from hetplan.plan.stamp import cluster_digest
 from hetplan.plan.types import ModelRef, Plan
 from hetplan.serde import from_data, load_file
 
@@ -77,9 +78,14 @@ def test_json_shape_and_plan_file(tmp_path: Path, capsys: pytest.CaptureFixture[
     times = [c["prediction"]["iteration_time_s"] for c in data["candidates"]]
     assert times == sorted(times)
     assert all(c["prediction"]["feasible"] for c in data["candidates"])
-    # the file holds the winner exactly
+    # the file holds the winner exactly, stamped with the cluster it was made for
     plan = load_file(Plan, out)
-    assert plan == from_data(Plan, best["plan"], "best")
+    assert plan.cluster == "hetero-2node" and plan.cluster_digest == cluster_digest(
+        load_cluster(Path(HETERO))
+    )
+    assert plan == dataclasses.replace(
+        from_data(Plan, best["plan"], "best"), cluster_digest=plan.cluster_digest
+    )
     assert plan.global_batch == 64 and plan.model.name == "vgg11"
     assert {"dp-equal", "equal-pipeline"} <= set(data["baselines"])
 
@@ -138,7 +144,10 @@ def test_limits_from_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixt
         (["--cluster", HETERO, "--model", "no-such-model"], "no-such-model"),
         (["--cluster", "/nonexistent/cluster.yaml", *VGG], "/nonexistent/cluster.yaml"),
         (["--cluster", HETERO, *VGG, "--strategies", "magic"], "--strategies"),
-        (["--cluster", HETERO, "--model", "vgg11", "--batch", "0"], "--batch must be >= 1"),
+        (
+            ["--cluster", HETERO, "--model", "vgg11", "--batch", "0"],
+            "--batch must be between 1 and",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_no_file(
@@ -204,7 +213,8 @@ def test_human_output_has_table_stage_map_and_baselines(
     assert f"wrote {out}" in text
     for reason in data["reasons"]:
         assert f"- {reason}" in text
-    assert load_file(Plan, out) == plan  # same search, same winner
+    written = load_file(Plan, out)  # same search, same winner
+    assert written == dataclasses.replace(plan, cluster_digest=written.cluster_digest)
 
 
 def test_table_keeps_the_best_searched_plan_of_a_family_behind_its_baseline() -> None:

@@ -17,7 +17,7 @@ from hetplan.cluster.generate import generate_config
 from hetplan.cluster.summary import ClusterSummary, NodeSummary, PairLink, summarize_config
 from hetplan.errors import InputError
 from hetplan.serde import to_data
-from hetplan.units import GB, TERA, GiB, fmt_bytes, fmt_seconds
+from hetplan.units import GB, TERA, fmt_bytes, fmt_seconds, plural
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (SI units) instead of a table.")]
 
@@ -32,7 +32,7 @@ def devices(as_json: JsonOpt = False) -> None:
         print_json([to_data(dt) for dt in DEVICE_CATALOG.values()])
         return
     table = Table(title="Device catalog (dense peak figures; sources: --json)", box=SIMPLE_HEAD)
-    for col in ("name", "fp32 TF/s", "fp16 TF/s", "mem GiB", "mem GB/s"):
+    for col in ("name", "fp32 TF/s", "fp16 TF/s", "mem GB", "mem GB/s"):
         table.add_column(col, justify="left" if col == "name" else "right", no_wrap=True)
     for col in ("idle W", "max W", "$/h"):
         table.add_column(col, justify="right", no_wrap=True)
@@ -41,7 +41,7 @@ def devices(as_json: JsonOpt = False) -> None:
             dt.name,
             f"{dt.flops('fp32') / TERA:.3g}",
             f"{dt.flops('fp16') / TERA:.3g}",
-            f"{dt.memory_bytes / GiB:.3g}",
+            f"{dt.memory_bytes / GB:.3g}",
             f"{dt.memory_bandwidth / GB:.4g}",
             f"{dt.idle_power_w:.0f}",
             f"{dt.max_power_w:.3g}",
@@ -96,7 +96,9 @@ def _node_rows(nodes: list[NodeSummary]) -> list[Row]:
 
 
 def _print_summary(s: ClusterSummary) -> None:
-    table = Table(title=f"Cluster {s.name}: {s.num_devices} devices, {len(s.nodes)} nodes")
+    table = Table(
+        title=f"Cluster {s.name}: {plural(s.num_devices, 'device')}, {plural(len(s.nodes), 'node')}"
+    )
     for col in ("node", "devices", "intra-node link", "network"):
         table.add_column(col)
     for row in _node_rows(s.nodes):

@@ -22,6 +22,7 @@ from hetplan.plan.replicas import DpEstimate, dp_estimate, expand
 from hetplan.plan.slots import partition_for
 from hetplan.plan.tp import SEP, members
 from hetplan.plan.types import PipelinePlan, Plan, StagePlan, Strategy
+from hetplan.units import plural
 
 MICROBATCH_FACTORS = (1, 2, 4)
 """Micro-batches tried per pipeline, as multiples of its number of stages (GPipe: m >= 4S
@@ -221,7 +222,7 @@ def pipeline_at(
     )
     return Candidate(
         family=strategy,
-        label=f"{strategy} {part.num_stages} stages, {m} micro-batches"
+        label=f"{strategy} {_shape_label(part.num_stages, m)}"
         + (", recompute" if recompute else ""),
         build=lambda: plan,
         estimate=ctx.metrics(time_s, busy),
@@ -275,7 +276,8 @@ def equal_pipeline(ctx: Context, devices: Sequence[str]) -> Candidate:
     )
     return Candidate(
         family="gpipe",
-        label=f"gpipe {n} stages equal layers, {m} micro-batches" + ("" if fits else ", recompute"),
+        label=f"gpipe {plural(n, 'stage')} equal layers, {_micro(m)}"
+        + ("" if fits else ", recompute"),
         build=lambda: plan,
         estimate=ctx.metrics(time_s, busy),
         baseline="equal-pipeline",
@@ -339,8 +341,17 @@ def _hybrid_at(ctx: Context, slots: tuple[tuple[str, ...], ...], m: int) -> Cand
     ]
     return Candidate(
         family="hybrid",
-        label=f"hybrid {len(slots)} x {part.num_stages} stages, {m} micro-batches",
+        label=f"hybrid {len(slots)} x {_shape_label(part.num_stages, m)}",
         build=lambda: ctx.plan("hybrid", pipes, micro_batches=m),
         estimate=ctx.metrics(pipe_time + sync, busy),
         slots=slots,
     )
+
+
+def _micro(m: int) -> str:
+    return plural(m, "micro-batch", "micro-batches")
+
+
+def _shape_label(stages: int, m: int) -> str:
+    """``2 stages, 4 micro-batches`` (``1 stage, 1 micro-batch``)."""
+    return f"{plural(stages, 'stage')}, {_micro(m)}"

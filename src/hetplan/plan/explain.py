@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from hetplan.cluster.spec import Cluster
 from hetplan.plan.staleness import is_asynchronous, staleness_of
+from hetplan.units import fmt_percent
 
 if TYPE_CHECKING:
     from hetplan.plan.search import Ranked, Ranking
@@ -78,7 +79,7 @@ def _dp_wait(dp: Ranked, cluster: Cluster) -> str:
     idle = 1.0 - mean[fast]
     return (
         f"data parallel with an equal batch split waits on the {slow}s: "
-        f"the {fast}s idle {idle:.0%} of each step"
+        f"the {fast}s idle {fmt_percent(idle)} of each step"
     )
 
 
@@ -99,8 +100,8 @@ def _left_out(best: Ranked, ranking: Ranking, cluster: Cluster) -> str:
     energy = alt.metrics.energy_j / best.metrics.energy_j - 1.0
     return (
         f"{_describe(cluster, ids)} left out: adding {_describe(cluster, added)} "
-        f"({alt.candidate.label}) changes throughput by {gain:+.0%} "
-        f"and energy per step by {energy:+.0%}"
+        f"({alt.candidate.label}) changes throughput by {fmt_percent(gain, sign=True)} "
+        f"and energy per step by {fmt_percent(energy, sign=True)}"
     )
 
 
