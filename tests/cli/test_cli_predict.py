@@ -135,3 +135,29 @@ def test_bad_input_exits_2_with_one_line(
     assert code == 2
     assert message in err
     assert err.count("\n") == 1
+
+
+def test_device_table_is_capped_and_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["predict", "--cluster", str(CLUSTERS / "big-64.yaml"), "--model", "gpt-tiny",
+            "--strategy", "dp", "--batch", "128"]  # fmt: skip
+    code, out, err = _run(argv, capsys)
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if line.startswith("  ") and " worker " in line]
+    assert len(rows) == 32  # of the cluster's 64 devices
+    assert "... 32 more devices (--json lists all); fullest memory:" in out
+    code, out, _ = _run([*argv, "--json"], capsys)
+    assert len(json.loads(out)["devices"]) == 64
+
+
+def test_out_writes_the_plan_it_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``predict --out`` then ``predict --plan`` of that file: the same prediction."""
+    out = tmp_path / "built.json"
+    argv = ["predict", "--cluster", HETERO, "--model", "gpt-tiny", "--strategy", "hybrid",
+            "--dp", "2", "--pp", "2", "--batch", "16", "--json"]  # fmt: skip
+    code, first, err = _run([*argv, "--out", str(out)], capsys)
+    assert code == 0, err
+    code, again, err = _run(["predict", "--cluster", HETERO, "--plan", str(out), "--json"], capsys)
+    assert code == 0, err
+    a, b = json.loads(first), json.loads(again)
+    assert a["iteration_time_s"] == b["iteration_time_s"] and a["strategy"] == "hybrid"
+    assert json.loads(out.read_text())["cluster"] == "hetero-2node"

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from hetplan.predict import Prediction
 
 
+MAX_DEVICE_ROWS = 32
+"""Device rows printed; a data-parallel plan over 1,000 devices would print 1,000."""
+
+
 def print_prediction(pred: Prediction) -> None:
     """The figures of one prediction, then one row per device."""
     ok = "[green]feasible[/]" if pred.feasible else "[red]feasible: false[/]"
@@ -58,7 +62,8 @@ def print_prediction(pred: Prediction) -> None:
         "bubble",
     )
     rows = [head]
-    for d in pred.devices:
+    shown = pred.devices[:MAX_DEVICE_ROWS]
+    for d in shown:
         over = " !" if d.memory_bytes > d.memory_capacity_bytes else ""
         rows.append(
             (
@@ -82,6 +87,14 @@ def print_prediction(pred: Prediction) -> None:
             for k, (c, w) in enumerate(zip(r, widths, strict=True))
         ]
         console.print("  " + "  ".join(cells), markup=False)
+    if len(pred.devices) > len(shown):
+        worst = max(pred.devices, key=lambda d: d.memory_bytes / d.memory_capacity_bytes)
+        console.print(
+            f"  ... {plural(len(pred.devices) - len(shown), 'more device')} (--json lists "
+            f"all); fullest memory: {worst.id} {fmt_bytes(worst.memory_bytes)} of "
+            f"{fmt_bytes(worst.memory_capacity_bytes)}",
+            markup=False,
+        )
     for note in pred.notes:
         console.print(f"note: {note}")
 
