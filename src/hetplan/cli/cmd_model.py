@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hetplan.cli.output import console, print_json
+from hetplan.cli.status import working
 from hetplan.errors import HetplanError
 from hetplan.units import BYTES_NOTE, fmt_bytes
 
@@ -151,7 +152,8 @@ def inspect(
     from hetplan.graph.extract import build_graph
 
     try:
-        graph = build_graph(model, dataset=dataset, depth=depth, dtype=dtype)
+        with working(f"tracing {model}", quiet=json_out):
+            graph = build_graph(model, dataset=dataset, depth=depth, dtype=dtype)
     except HetplanError as err:
         raise _fail(err) from None
     report = inspect_report(graph, dataset, batch)
