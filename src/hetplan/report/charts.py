@@ -19,15 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import NullFormatter
 
-KIND_COLORS = {
-    "fwd": "#4c72b0",
-    "bwd": "#dd8452",
-    "optimizer": "#55a868",
-    "send": "#8172b3",
-    "recv": "#937860",
-    "allreduce": "#c44e52",
-    "tie": "#da8bc3",
-}
+from hetplan.report.palette import KIND_COLORS
+
 COMPUTE_BAR_KINDS = frozenset({"fwd", "bwd", "optimizer"})
 """Drawn full height; communication is drawn as a thin bar under the lane's compute."""
 OTHER_COLOR = "#8c8c8c"

@@ -37,16 +37,6 @@ KIND_NAMES = {
     "ps_pull": "pull from parameter server",
 }
 """Legend names of the action kinds, in legend order."""
-KIND_COLORS = {
-    "fwd": "#4c72b0",
-    "bwd": "#dd8452",
-    "optimizer": "#55a868",
-    "send": "#8172b3",
-    "recv": "#937860",
-    "allreduce": "#c44e52",
-    "ps_push": "#da8bc3",
-    "ps_pull": "#64b5cd",
-}
 OTHER_COLOR = "#8c8c8c"
 
 

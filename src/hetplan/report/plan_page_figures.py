@@ -9,8 +9,8 @@ import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from hetplan.report.palette import KIND_COLORS
 from hetplan.report.plan_page_data import (
-    KIND_COLORS,
     OTHER_COLOR,
     GanttData,
     MemoryRow,
