@@ -71,10 +71,10 @@ class Ranking:
     baselines: dict[str, Ranked]
     rejected: Counter[str] = field(default_factory=Counter)
     pareto: list[Ranked] = field(default_factory=list)
-    """Time-energy Pareto front, fastest first, of the candidates on the time-energy front of
-    every screened candidate's estimate (simulated whatever the objective) and the baselines:
-    the same for every objective. A winner found by the objective's own shortlist may lie off
-    it."""
+    """Time-energy Pareto front of the ranked candidates, fastest first. The simulated
+    candidates always include the front of every screened candidate's estimate, so its ends
+    and most of its points do not depend on the objective; the objective's own shortlist may
+    add points (never a point that a shown candidate dominates)."""
     screened: int = 0
     """Candidates generated and estimated."""
     simulated: int = 0
@@ -119,7 +119,7 @@ def search(
     # of the front last.
     todo = unique(chosen + base + front if opts.time_limit_s is not None else base + chosen + front)
     simulated = simulate(ctx, todo, opts, rejected, failures, progress, budget)
-    ranking = rank(simulated, opts, rejected, front={plan_key(c) for c in front})
+    ranking = rank(simulated, opts, rejected)
     ranking.screened = len(pool)
     ranking.simulated = budget.simulated
     ranking.baseline_failures = failures
@@ -298,11 +298,8 @@ def rank(
     simulated: Sequence[tuple[Candidate, Prediction, Metrics]],
     opts: SearchOptions,
     rejected: Counter[str],
-    front: set[str] | None = None,
 ) -> Ranking:
-    """Rank ``simulated`` by the objective. The Pareto front is taken over the candidates
-    whose ``plan_key`` is in ``front`` and the baselines (None: over all), so that it does
-    not depend on which candidates the objective's own shortlist added."""
+    """Rank ``simulated`` by the objective; the Pareto front over every ranked candidate."""
     iterations = _iterations(opts)
     kept = []
     for cand, pred, met in simulated:
@@ -326,18 +323,13 @@ def rank(
         and not opts.limits.violations(r.metrics, iterations)
         and not (opts.runnable_only and unrunnable(r.candidate.plan))
     ]
-    pool = [
-        r
-        for r in within
-        if front is None or r.candidate.baseline is not None or plan_key(r.candidate) in front
-    ]
-    on_front = pareto_front([(r.metrics.time_s, r.metrics.energy_j) for r in pool])
+    on_front = pareto_front([(r.metrics.time_s, r.metrics.energy_j) for r in within])
     return Ranking(
         objective=opts.objective,
         ranked=within,
         baselines={k: v for k, v in base.items() if k is not None},
         rejected=rejected,
-        pareto=[pool[i] for i in on_front],
+        pareto=[within[i] for i in on_front],
     )
 
 
