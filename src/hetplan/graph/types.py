@@ -12,6 +12,31 @@ from dataclasses import dataclass, field
 from hetplan.errors import InputError
 
 
+OP_CLASSES = ("matmul", "conv", "conv_grouped", "attention", "memory")
+"""Operation classes a layer's kernels are priced by (:mod:`hetplan.cost.calibration`):
+``matmul`` (mm, bmm, addmm, linear...), ``conv`` (dense convolutions, forward and backward),
+``conv_grouped`` (``groups > 1``: grouped and depthwise convolutions), ``attention`` (fused
+scaled-dot-product attention) and ``memory`` (every other kernel: elementwise, normalisation,
+reductions, copies; priced by the bytes it moves)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpWork:
+    """What the kernels of one operation class do in one pass of a layer, per sample."""
+
+    op_class: str
+    """One of :data:`OP_CLASSES`."""
+    backward: bool
+    """Backward pass (False: forward)."""
+    flops: float
+    """FLOPs per sample (0 for ``memory``)."""
+    io_bytes: float
+    """Bytes per sample the kernels read and write, excluding parameters and their
+    gradients (as ``LayerInfo.fwd_io_bytes``)."""
+    kernels: int
+    """Kernel launches per pass (independent of the batch)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class LayerInfo:
     """One partitionable layer (a module at the chosen depth, in execution order)."""
@@ -69,6 +94,10 @@ class LayerInfo:
     tp_hidden: int = 0
     """Width (hidden size) of the tensors TP all-reduces in this layer: the units' output
     width, the embedding's dimension, the head's input width; 0 when ``tp_split`` is 0."""
+    work: tuple[OpWork, ...] = ()
+    """The layer's kernels by operation class and pass (:class:`OpWork`; at most one entry per
+    class and pass). Empty for graphs traced before it existed: then only the totals above
+    price the layer."""
 
 
 @dataclass(frozen=True, kw_only=True)
