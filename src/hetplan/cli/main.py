@@ -18,6 +18,7 @@ import typer
 
 from hetplan.cli import (
     cmd_bench,
+    cmd_calibrate,
     cmd_cluster,
     cmd_model,
     cmd_plan,
@@ -74,6 +75,7 @@ for _module in (
     cmd_predict,
     cmd_plan,
     cmd_profile,
+    cmd_calibrate,
     cmd_run,
     cmd_tune,
     cmd_bench,

@@ -6,7 +6,7 @@ erased when the phase ends, so that stdout carries only the result.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -15,11 +15,11 @@ _stderr = Console(stderr=True, highlight=False)
 
 
 @contextmanager
-def working(text: str, *, quiet: bool = False) -> Iterator[None]:
+def working(text: str, *, quiet: bool = False) -> Iterator[Callable[[str], None]]:
     """A spinner labelled ``text`` while the block runs (nothing when ``quiet`` or when
-    stderr is not a terminal)."""
+    stderr is not a terminal). Yields a function that adds a phase to the label."""
     if quiet or not _stderr.is_terminal:
-        yield
+        yield lambda _phase: None
         return
-    with _stderr.status(text, spinner="dots"):
-        yield
+    with _stderr.status(text, spinner="dots") as status:
+        yield lambda phase: status.update(f"{text}: {phase}")

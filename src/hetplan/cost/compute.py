@@ -13,16 +13,21 @@ device's ``tf32`` peak where it has one (:class:`AnalyticalCompute`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from hetplan.cluster.spec import Device
+from hetplan.cost.calibration import MEMORY_CLASS, Calibration
+from hetplan.cost.op_classes import ClassRates, pass_time
+from hetplan.cost.roofline import roofline_time
 from hetplan.cost.types import LayerCost
 from hetplan.graph.types import ModelGraph
 
 FloatArray = npt.NDArray[np.float64]
+__all__ = ["AnalyticalCompute", "gpipe_compute_time", "roofline_time"]
 
 # Backward touches the weights twice: it reads W to form the input gradient and writes the
 # weight gradient dW (same size). Gradient accumulation (grad += dW) would add a read.
@@ -34,23 +39,6 @@ CONV_TF32_DEFAULT = True  # torch.backends.cudnn.allow_tf32 default: fp32 convs 
 MATMUL_TF32_DEFAULT = False  # torch.backends.cuda.matmul.allow_tf32 default: matmuls stay fp32
 # Entries kept by one AnalyticalCompute instance before it starts over (bounds memory).
 CACHE_ENTRIES = 4096
-
-
-def roofline_time(
-    flops: float,
-    nbytes: float,
-    kernels: float,
-    *,
-    peak_flops: float,
-    memory_bandwidth: float,
-    compute_efficiency: float,
-    memory_efficiency: float,
-    kernel_overhead_s: float,
-) -> float:
-    """``max(F / (peak * eff_c), B / (bw * eff_m)) + kernels * overhead`` in seconds."""
-    compute = flops / (peak_flops * compute_efficiency)
-    memory = nbytes / (memory_bandwidth * memory_efficiency)
-    return max(compute, memory) + kernels * kernel_overhead_s
 
 
 def gpipe_compute_time(t_seq: float, stages: int, micro_batches: int) -> float:
@@ -121,10 +109,13 @@ class AnalyticalCompute:
         *,
         conv_tf32: bool = CONV_TF32_DEFAULT,
         matmul_tf32: bool = MATMUL_TF32_DEFAULT,
+        calibrations: Iterable[Calibration] = (),
     ) -> None:
         self.dtype = dtype
         self.conv_tf32 = conv_tf32
         self.matmul_tf32 = matmul_tf32
+        self.calibrations = {c.device_type: c for c in calibrations if c.dtype == dtype}
+        """Per device type name, its calibration in this dtype (newest wins: pass sorted)."""
         self._arrays: dict[int, tuple[ModelGraph, _GraphArrays]] = {}
         self._costs: dict[tuple[object, ...], list[LayerCost]] = {}
 
@@ -136,10 +127,50 @@ class AnalyticalCompute:
             self._arrays[id(graph)] = hit
         return hit[1]
 
+    def class_rates(self, device: Device) -> ClassRates:
+        """What prices the device's kernels class by class (``cost.op_classes``)."""
+        t = device.type
+        cal = self.calibrations.get(t.name)
+        mem = cal.curve(MEMORY_CLASS, False) if cal is not None else None
+        conv_peak, other_peak = self.peaks(device)
+        return ClassRates(
+            calibration=cal,
+            conv_peak=conv_peak,
+            other_peak=other_peak,
+            compute_efficiency=t.compute_efficiency,
+            bandwidth=mem.best_rate() if mem else t.memory_bandwidth * t.memory_efficiency,
+            kernel_overhead_s=t.kernel_overhead_s,
+        )
+
+    def source(self, device: Device) -> str:
+        """``calibrated on <type>`` where the device type has a calibration, else
+        ``analytical``."""
+        return (
+            f"calibrated on {device.type.name}"
+            if device.type.name in self.calibrations
+            else "analytical"
+        )
+
     def layer_times(
-        self, graph: ModelGraph, device: Device, batch: int
+        self, graph: ModelGraph, device: Device, batch: float
     ) -> tuple[FloatArray, FloatArray]:
-        """Forward and backward seconds of every layer as arrays (vectorised roofline)."""
+        """Forward and backward seconds of every layer as arrays: class by class where the
+        graph records its kernels' classes (``cost.op_classes``), else the layer's roofline."""
+        if any(layer.work for layer in graph.layers):
+            return self._class_times(graph, device, batch)
+        return self._roofline_times(graph, device, batch)
+
+    def _class_times(
+        self, graph: ModelGraph, device: Device, batch: float
+    ) -> tuple[FloatArray, FloatArray]:
+        rates = self.class_rates(device)
+        fwd = [pass_time(x, False, batch, FWD_WEIGHT_PASSES, rates) for x in graph.layers]
+        bwd = [pass_time(x, True, batch, BWD_WEIGHT_PASSES, rates) for x in graph.layers]
+        return np.array(fwd) / device.speed, np.array(bwd) / device.speed
+
+    def _roofline_times(
+        self, graph: ModelGraph, device: Device, batch: float
+    ) -> tuple[FloatArray, FloatArray]:
         t = device.type
         a = self._graph_arrays(graph)
         conv_peak, other_peak = self.peaks(device)
@@ -177,6 +208,7 @@ class AnalyticalCompute:
         t = device.type
         key = (
             id(graph),
+            t.name,
             self.peaks(device),
             t.memory_bandwidth,
             t.compute_efficiency,
@@ -189,8 +221,9 @@ class AnalyticalCompute:
         if hit is not None and self._arrays.get(id(graph), (None,))[0] is graph:
             return list(hit)
         fwd, bwd = self.layer_times(graph, device, batch)
+        source = self.source(device)
         costs = [
-            LayerCost(fwd_s=float(f), bwd_s=float(b), source="analytical")
+            LayerCost(fwd_s=float(f), bwd_s=float(b), source=source)
             for f, b in zip(fwd.tolist(), bwd.tolist(), strict=True)
         ]
         if len(self._costs) >= CACHE_ENTRIES:

@@ -95,9 +95,15 @@ def guess_device_type(name: str) -> str | None:
     return max(hits, key=len) if hits else None
 
 
-def _device_type(req: ProfileRequest, dev: torch.device, hw_name: str) -> str:
-    if req.device_type:
-        return req.device_type
+def device_type_for(named: str | None, dev: torch.device) -> str:
+    """The device type to file a measurement of ``dev`` under: ``named``, else ``cpu``, else
+    the catalog type the GPU's name matches."""
+    return _device_type(named, dev, device_name(dev))
+
+
+def _device_type(named: str | None, dev: torch.device, hw_name: str) -> str:
+    if named:
+        return named
     if dev.type == "cpu":
         return CPU_TYPE
     guess = guess_device_type(hw_name)
@@ -136,7 +142,7 @@ def profile_model(req: ProfileRequest) -> Profile:
     if inplace := inplace_layers(module, names):
         notes.append(f"in-place ops in {', '.join(inplace)}: timed at layer boundaries")
     return Profile(
-        device_type=_device_type(req, dev, hw_name),
+        device_type=_device_type(req.device_type, dev, hw_name),
         device_name=hw_name,
         device=str(dev),
         model=graph.name,

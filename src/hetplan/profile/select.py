@@ -6,6 +6,7 @@ from pathlib import Path
 
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.cost.types import ComputeModel
+from hetplan.profile.calib_store import load_calibrations
 from hetplan.profile.measured import MeasuredCompute
 from hetplan.profile.store import load_profiles
 
@@ -15,8 +16,9 @@ def compute_model(
 ) -> ComputeModel:
     """``MeasuredCompute`` over the stored profiles (it falls back to the analytical model for
     unmeasured device types and models), or the analytical model when the store is empty or
-    ``measured`` is False."""
-    analytical = AnalyticalCompute(dtype=dtype)
+    ``measured`` is False. The analytical model uses the store's calibrations (``hetplan
+    calibrate``) for the device types they cover, in ``dtype``."""
+    analytical = AnalyticalCompute(dtype=dtype, calibrations=load_calibrations(directory))
     if measured:
         profiles = load_profiles(directory)
         if profiles:

@@ -1,0 +1,121 @@
+"""Device calibration: achieved time per kernel of each operation class, over kernel sizes.
+
+``hetplan calibrate`` (:mod:`hetplan.profile.calibrate`) times one probe operation per class
+(:data:`hetplan.graph.types.OP_CLASSES`) at a range of sizes on a device the user has and
+stores, per device type and dtype, a :class:`Calibration`: for every class and pass a
+:class:`RateCurve` of seconds per kernel against work per kernel (FLOPs, or bytes moved for
+the ``memory`` class). :class:`hetplan.cost.compute.AnalyticalCompute` then prices each
+layer's kernels of each class at their own size on that curve, so a small micro-batch runs
+at the low efficiency small kernels really get, and a tensor-parallel rank's smaller matrices
+too. This module is torch-free: the curves are plain numbers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass, field
+
+from hetplan.graph.types import OP_CLASSES
+
+MEMORY_CLASS = "memory"
+"""The class priced by bytes moved; every other class by FLOPs."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RatePoint:
+    """One probe size: work per kernel and its median time."""
+
+    work: float
+    """FLOPs per kernel (bytes read and written per kernel for the ``memory`` class)."""
+    seconds: float
+    """Median seconds per kernel (launch and dispatch included)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RateCurve:
+    """Seconds per kernel against work per kernel for one class and pass.
+
+    Between probe sizes the time is interpolated linearly in log(work)-log(time); times are
+    made non-decreasing in work first (a larger kernel never takes less time; noise can
+    say otherwise). Below the smallest probe a kernel takes the smallest probe's time (launch
+    and dispatch bound); above the largest it runs at the largest probe's rate.
+    """
+
+    op_class: str
+    backward: bool
+    points: tuple[RatePoint, ...]
+    """Sorted by work, at least one."""
+
+    def __post_init__(self) -> None:
+        if self.op_class not in OP_CLASSES:
+            raise ValueError(f"op_class {self.op_class!r}: expected one of {OP_CLASSES}")
+        if not self.points:
+            raise ValueError(f"{self.op_class}: a curve needs at least one point")
+        works = [p.work for p in self.points]
+        if works != sorted(works) or any(p.work <= 0 or p.seconds <= 0 for p in self.points):
+            raise ValueError(f"{self.op_class}: points must have work, seconds > 0, by work")
+
+    def _monotone(self) -> tuple[list[float], list[float]]:
+        xs = [math.log(p.work) for p in self.points]
+        ys, top = [], -math.inf
+        for p in self.points:
+            top = max(top, math.log(p.seconds))
+            ys.append(top)
+        return xs, ys
+
+    def seconds(self, work: float) -> float:
+        """Seconds one kernel of ``work`` takes (0 for no work)."""
+        if work <= 0:
+            return 0.0
+        xs, ys = self._monotone()
+        x = math.log(work)
+        if x <= xs[0]:
+            return math.exp(ys[0])
+        if x >= xs[-1]:
+            return math.exp(ys[-1]) * work / self.points[-1].work
+        i = bisect.bisect_right(xs, x) - 1
+        f = (x - xs[i]) / (xs[i + 1] - xs[i])
+        return math.exp(ys[i] + f * (ys[i + 1] - ys[i]))
+
+    def rate(self, work: float) -> float:
+        """Achieved work per second of one kernel of ``work``."""
+        return work / self.seconds(work) if work > 0 else 0.0
+
+    def best_rate(self) -> float:
+        """The highest rate any probe reached (work per second)."""
+        return max(p.work / p.seconds for p in self.points)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Calibration:
+    """Every class's curves for one device type and dtype, with how they were taken."""
+
+    device_type: str
+    """Cluster catalog name the calibration is filed under (``cpu``, ``A100-40GB``)."""
+    device_name: str
+    """Hardware it was taken on (GPU or CPU model string)."""
+    device: str
+    """torch device string used (``cpu``, ``cuda:0``)."""
+    dtype: str
+    threads: int
+    """``torch.get_num_threads()`` while measuring."""
+    curves: tuple[RateCurve, ...]
+    timestamp: str
+    """UTC time, ISO 8601."""
+    torch_version: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def curve(self, op_class: str, backward: bool) -> RateCurve | None:
+        """The class's curve for the pass; a backward without its own curve uses the
+        forward's (the same kernels run: matmuls for a matmul's gradients)."""
+        same = [c for c in self.curves if c.op_class == op_class]
+        for c in same:
+            if c.backward == backward:
+                return c
+        return same[0] if same else None
+
+
+def calibration_key(device_type: str, dtype: str) -> tuple[str, str]:
+    """How calibrations are looked up: by device type name and dtype."""
+    return (device_type, dtype)

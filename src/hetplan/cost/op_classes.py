@@ -1,0 +1,102 @@
+"""A layer's time from its kernels by operation class (``LayerInfo.work``).
+
+Each class's kernels are priced at their own size, for a micro-batch of ``b`` samples::
+
+    t_c = max(compute_c, (b IO_c + w_c) / BW)          (a roofline per class)
+
+``compute_c`` is ``K_c * curve_c(b F_c / K_c)`` on a calibrated device (the measured seconds
+per kernel at that work per kernel, :mod:`hetplan.cost.calibration`), else
+``b F_c / (P_c eff f_c) + K_c o`` (peak ``P_c`` of the class's dtype, the device type's
+``compute_efficiency`` ``eff``, the class factor ``f_c`` of :data:`CLASS_EFFICIENCY` and the
+per-kernel overhead ``o``). ``w_c`` is the class's share (by FLOPs) of the weight traffic
+(weights read forward; read and their gradients written backward). The ``memory`` class is
+``K * curve(b IO / K)`` calibrated, else ``b IO / BW + K o``; a layer whose kernels do no
+FLOPs (a LayerNorm) bills its weight traffic to it. ``BW`` is the best bandwidth the
+``memory`` probe reached, else the spec bandwidth times ``memory_efficiency``. The layer's
+time is the sum over classes: kernels of one layer run one after another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetplan.cost.calibration import MEMORY_CLASS, Calibration
+from hetplan.cost.roofline import roofline_time
+from hetplan.graph.types import LayerInfo, OpWork
+
+# Achieved FLOP/s of a class relative to the device type's ``compute_efficiency`` when the
+# device is not calibrated, per pass (forward, backward). Sources:
+# - matmul, conv: 1.0: ``compute_efficiency`` itself is set from GEMM and convolution kernels
+#   (cluster.spec.DEFAULT_COMPUTE_EFFICIENCY, NVIDIA Deep Learning Performance Guide).
+# - conv_grouped: 1.0 on FLOPs; a depthwise 3x3 does ~2.25 FLOP per byte in fp32 (9 FMAs per
+#   output element read and written), far below any GPU's ridge point, so the bytes term of
+#   the roofline prices it (Howard et al. 2017, MobileNets, Sec. 3.1 for the FLOP count).
+# - attention: forward 1.0; backward 0.86 = 63% / 73% of peak, FlashAttention-2's best
+#   backward against forward rate on A100 (Dao 2023, arXiv:2307.08691, Sec. 4.1).
+CLASS_EFFICIENCY: dict[str, tuple[float, float]] = {  # dimensionless: (forward, backward)
+    "matmul": (1.0, 1.0),
+    "conv": (1.0, 1.0),
+    "conv_grouped": (1.0, 1.0),
+    "attention": (1.0, 0.63 / 0.73),
+}
+CONV_CLASSES = frozenset({"conv", "conv_grouped"})  # priced at the convolution peak (TF32)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassRates:
+    """What prices one device's kernels: its calibration (if any) and its spec figures."""
+
+    calibration: Calibration | None
+    conv_peak: float
+    """FLOP/s, before efficiency, of convolutions (TF32 in fp32 where the device has it)."""
+    other_peak: float
+    """FLOP/s, before efficiency, of every other class."""
+    compute_efficiency: float
+    bandwidth: float
+    """Achieved bytes/s of memory-bound kernels and weight traffic."""
+    kernel_overhead_s: float
+
+
+def pass_time(
+    layer: LayerInfo, backward: bool, batch: float, weight_passes: int, rates: ClassRates
+) -> float:
+    """Seconds of one pass of ``layer`` for ``batch`` samples (before the device's speed)."""
+    works = [w for w in layer.work if w.backward == backward]
+    flops = sum(w.flops for w in works if w.op_class != MEMORY_CLASS)
+    weights = float(weight_passes * layer.param_bytes)
+    total = 0.0
+    for w in works:
+        if w.op_class == MEMORY_CLASS:
+            extra = weights if flops <= 0 else 0.0
+            total += _memory_time(w, batch, extra, rates)
+        else:
+            total += _compute_time(w, batch, weights * w.flops / flops, rates)
+    if not works and weights > 0:
+        total += weights / rates.bandwidth
+    return total
+
+
+def _memory_time(w: OpWork, batch: float, weights: float, rates: ClassRates) -> float:
+    curve = rates.calibration.curve(MEMORY_CLASS, w.backward) if rates.calibration else None
+    nbytes = batch * w.io_bytes
+    if curve is not None and w.kernels > 0:
+        return w.kernels * curve.seconds(nbytes / w.kernels) + weights / rates.bandwidth
+    return (nbytes + weights) / rates.bandwidth + w.kernels * rates.kernel_overhead_s
+
+
+def _compute_time(w: OpWork, batch: float, weights: float, rates: ClassRates) -> float:
+    curve = rates.calibration.curve(w.op_class, w.backward) if rates.calibration else None
+    if curve is not None and w.kernels > 0:
+        memory = (batch * w.io_bytes + weights) / rates.bandwidth
+        return max(w.kernels * curve.seconds(batch * w.flops / w.kernels), memory)
+    peak = rates.conv_peak if w.op_class in CONV_CLASSES else rates.other_peak
+    return roofline_time(
+        batch * w.flops,
+        batch * w.io_bytes + weights,
+        w.kernels,
+        peak_flops=peak,
+        memory_bandwidth=rates.bandwidth,
+        compute_efficiency=rates.compute_efficiency * CLASS_EFFICIENCY[w.op_class][w.backward],
+        memory_efficiency=1.0,  # ``rates.bandwidth`` is already the achieved bandwidth
+        kernel_overhead_s=rates.kernel_overhead_s,
+    )

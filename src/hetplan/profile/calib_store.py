@@ -1,0 +1,53 @@
+"""Calibrations in the profile store: ``<profile dir>/calibrations/<type>__<dtype>.json``.
+
+One file per device type and dtype (a new calibration replaces the old one). Kept in their
+own folder so that :func:`hetplan.profile.store.load_profiles` never reads them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hetplan.cost.calibration import Calibration
+from hetplan.errors import InputError
+from hetplan.profile.store import _safe, profile_dir
+from hetplan.serde import from_data, load_file, to_data, write_json_atomic
+
+CALIBRATION_DIR = "calibrations"
+
+
+def calibration_path(device_type: str, dtype: str, directory: Path | None = None) -> Path:
+    """Where the calibration of ``device_type`` in ``dtype`` is stored."""
+    return profile_dir(directory) / CALIBRATION_DIR / f"{_safe(device_type)}__{_safe(dtype)}.json"
+
+
+def save_calibration(cal: Calibration, directory: Path | None = None) -> Path:
+    """Store ``cal`` (replacing the device type's calibration in that dtype)."""
+    return write_calibration(cal, calibration_path(cal.device_type, cal.dtype, directory))
+
+
+def write_calibration(cal: Calibration, path: Path) -> Path:
+    """Write ``cal`` to an explicit file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(path, to_data(cal))
+    return path
+
+
+def load_calibration(path: Path) -> Calibration:
+    """One calibration file (InputError naming the file and field on bad content)."""
+    return load_file(Calibration, path)
+
+
+def load_calibrations(directory: Path | None = None) -> list[Calibration]:
+    """Every readable calibration in the store, oldest first (a later one wins a lookup)."""
+    root = profile_dir(directory) / CALIBRATION_DIR
+    if not root.is_dir():
+        return []
+    out = []
+    for path in sorted(root.glob("*.json")):
+        try:
+            out.append(from_data(Calibration, json.loads(path.read_text()), str(path)))
+        except (InputError, ValueError, OSError):
+            continue  # a foreign or half-written file must not hide the good ones
+    return sorted(out, key=lambda c: c.timestamp)
