@@ -166,9 +166,10 @@ def test_report_shows_memory_error(tmp_path: Path) -> None:
     result = SuiteResult(quick=True, steps=1, warmup=0, cases=CASES)
     md, _ = write_report(result, tmp_path)
     text = md.read_text()
-    assert "| error | memory error |" in text
-    assert "| +0.0% | -25.0% |" in text  # time error, then the worst rank's memory error
-    assert "| +0.0% | - |" in text  # the case without memory
+    assert "| error | analytical error | memory error |" in text
+    # time error, no profile-free prediction, then the worst rank's memory error
+    assert "| +0.0% | - | -25.0% |" in text
+    assert "| +0.0% | - | - |" in text  # the case without memory
     assert "absolute memory error median 22.5%, p90 77.5%" in text
     assert "without its framework allowance" in text
 

@@ -102,6 +102,13 @@ def _cases_section(
         f"disturbed by other jobs on the shared machine): median absolute error "
         f"{100 * summary.median_error_p10:.1f}% (a secondary figure; the targets use medians)."
     )
+    if summary.analytical_cases:
+        doc.para(
+            f"Without per-layer profiles (the analytical model on the device's calibration, "
+            f"`hetplan calibrate`), {summary.analytical_cases} cases: absolute error median "
+            f"{100 * summary.median_analytical_error:.1f}%, p90 "
+            f'{100 * summary.p90_analytical_error:.1f}% (column "analytical error").'
+        )
     doc.para(memory_summary(summary))
     if summary.repeatability is not None:
         doc.para(
@@ -114,11 +121,11 @@ def _cases_section(
     rows = [
         [c.model, c.cluster, c.strategy, c.label, str(c.ranks), _ms(c.predicted_s),
          f"{_ms(c.measured_s)} ({_ms(c.measured_p10_s)}-{_ms(c.measured_p90_s)})", _pct(c.error),
-         _pct(case_memory_error(c))]
+         _pct(c.analytical_error), _pct(case_memory_error(c))]
         for c in result.cases
     ]  # fmt: skip
     head = ["model", "cluster", "strategy", "plan", "ranks", "predicted ms",
-            "measured ms (p10-p90)", "error", "memory error"]  # fmt: skip
+            "measured ms (p10-p90)", "error", "analytical error", "memory error"]  # fmt: skip
     doc.table(head, rows)
     doc.para("Median signed error by strategy and cluster (where the model is biased):")
     doc.table(["group", "cases", "median error"], bias_rows(result.cases))

@@ -4,6 +4,7 @@ predict it with the measured compute model, and measure it for real with the run
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from hetplan.bench.machine import machine_info
@@ -28,12 +29,15 @@ from hetplan.bench.types import (
 from hetplan.cluster import Cluster, load_cluster
 from hetplan.cost.types import ComputeModel
 from hetplan.graph import build_graph
-from hetplan.graph.types import ModelGraph
+from hetplan.graph.types import OP_CLASSES, ModelGraph
 from hetplan.plan.types import ModelRef, Plan
 from hetplan.predict import Prediction, predict
-from hetplan.profile.model import CPU_TYPE, ProfileRequest, profile_model
+from hetplan.profile.calib_store import calibration_path, save_calibration
+from hetplan.profile.calibrate import calibrate
+from hetplan.profile.model import CPU_TYPE, ProfileRequest, profile_model, torch_device
 from hetplan.profile.select import compute_model
 from hetplan.profile.store import find_profile, save_profile
+from hetplan.profile.timing import thread_scope
 from hetplan.run.launch import RunError
 from hetplan.run.measure import Measurement, with_predicted_memory
 from hetplan.run.train import measure_plan
@@ -76,6 +80,25 @@ def ensure_profile(
     return True
 
 
+def ensure_calibration(dtype: str, directory: Path | None) -> bool:
+    """Calibrate this CPU (one pinned core, one thread: the profiles' setting) into the store
+    unless it holds a calibration of ``cpu`` in ``dtype``; True if it ran."""
+    if calibration_path(CPU_TYPE, dtype, directory).is_file():
+        return False
+    with thread_scope(len(PROFILE_CPUS), PROFILE_CPUS):
+        cal = calibrate(CPU_TYPE, torch_device("cpu"), dtype, OP_CLASSES)
+    save_calibration(cal, directory)
+    return True
+
+
+@dataclass(frozen=True)
+class Models:
+    """The suite's two compute models: per-layer profiles, and the calibrated analytical one."""
+
+    measured: ComputeModel
+    analytical: ComputeModel
+
+
 def run_suite(
     config: SuiteConfig,
     *,
@@ -95,9 +118,13 @@ def run_suite(
         if _profile(model, graph, config, profile_dir):
             say(f"{model.key}: profiled on core {PROFILE_CPUS[0]}")
         compute = compute_model(graph.dtype, directory=profile_dir)
+        if ensure_calibration(graph.dtype, profile_dir):
+            say(f"{CPU_TYPE}: calibrated on core {PROFILE_CPUS[0]}")
+        analytical = compute_model(graph.dtype, directory=profile_dir, measured=False)
         for name in config.clusters:
             cluster = load_cluster(cluster_path(name, config.cluster_dir))
-            _run_cluster(result, config, model, ref, graph, cluster, compute, say)
+            models = Models(measured=compute, analytical=analytical)
+            _run_cluster(result, config, model, ref, graph, cluster, models, say)
         for n in planner_sizes:
             result.planner_timings.append(_time_planner(model, ref, graph, n, compute))
     result.machine.update(machine_info("after"))
@@ -117,10 +144,11 @@ def _run_cluster(
     ref: ModelRef,
     graph: ModelGraph,
     cluster: Cluster,
-    compute: ComputeModel,
+    models: Models,
     say: Progress,
 ) -> None:
     name = cluster.name or "cluster"
+    compute = models.measured
     tensor_parallel = any(
         layer.tp_split % TP_DEGREE == 0 and layer.tp_split for layer in graph.layers
     )
@@ -129,7 +157,7 @@ def _run_cluster(
             continue
         plan = fixed_plan(strategy, graph, cluster, ref, model.batch)
         say(f"{model.key} on {name}: {plan_label(plan)}")
-        case = run_case(plan, graph, cluster, compute, config, model.key, strategy, result)
+        case = run_case(plan, graph, cluster, models, config, model.key, strategy, result)
         if case is not None:
             result.cases.append(case)
     pick = planner_pick(ref, graph, cluster, compute, model.batch)
@@ -153,7 +181,7 @@ def _run_cluster(
     if pick.plan is None or (config.only is not None and PLANNER not in config.only):
         return
     say(f"{model.key} on {name}: planner's pick {plan_label(pick.plan)}")
-    case = run_case(pick.plan, graph, cluster, compute, config, model.key, PLANNER, result)
+    case = run_case(pick.plan, graph, cluster, models, config, model.key, PLANNER, result)
     if case is not None:
         case.planner_strategy = pick.plan.strategy
         case.search_s = pick.search_s
@@ -174,14 +202,16 @@ def run_case(
     plan: Plan,
     graph: ModelGraph,
     cluster: Cluster,
-    compute: ComputeModel,
+    models: Models,
     config: SuiteConfig,
     model_key: str,
     strategy: str,
     result: SuiteResult,
 ) -> CaseResult | None:
-    """Predict and measure one plan; None (with a note in ``result``) if the run fails."""
-    prediction = predict(plan, graph, cluster, compute)
+    """Predict (with profiles, and without) and measure one plan; None (with a note in
+    ``result``) if the run fails."""
+    prediction = predict(plan, graph, cluster, models.measured)
+    analytical = predict(plan, graph, cluster, models.analytical)
     try:
         measured = measure_plan(plan, cluster, steps=config.steps, warmup=config.warmup)
     except RunError as err:
@@ -208,6 +238,8 @@ def run_case(
         simulated=simulated,
         measured=measured_spans(measured),
         memory=rank_memory(measured, prediction),
+        predicted_analytical_s=analytical.iteration_time_s,
+        analytical_source=analytical.cost_source,
     )
 
 

@@ -81,6 +81,11 @@ class Summary:
     p90_memory_error: float = math.nan
     memory_cases: int = 0
     """Cases with a memory figure."""
+    median_analytical_error: float = math.nan
+    """Median |error| of the profile-free (calibrated analytical) predictions; NaN if none."""
+    p90_analytical_error: float = math.nan
+    analytical_cases: int = 0
+    """Cases with a profile-free prediction."""
 
 
 def abs_errors(cases: list[CaseResult]) -> list[float]:
@@ -184,6 +189,7 @@ def geomean(values: list[float]) -> float | None:
 def summarize(cases: list[CaseResult]) -> Summary:
     """All of the suite's figures from its cases."""
     errs = abs_errors(cases)
+    ana = [abs(e) for c in cases if (e := c.analytical_error) is not None]
     mem = abs_memory_errors(cases)
     sel = selections(cases)
     per_model = speedups(cases)
@@ -209,4 +215,7 @@ def summarize(cases: list[CaseResult]) -> Summary:
         median_memory_error=statistics.median(mem) if mem else math.nan,
         p90_memory_error=percentile(mem, 90) if mem else math.nan,
         memory_cases=len(mem),
+        median_analytical_error=statistics.median(ana) if ana else math.nan,
+        p90_analytical_error=percentile(ana, 90) if ana else math.nan,
+        analytical_cases=len(ana),
     )

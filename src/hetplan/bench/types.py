@@ -63,11 +63,22 @@ class CaseResult:
     measured: list[Span] = field(default_factory=list)
     memory: list[RankMemory] = field(default_factory=list)
     """Per rank peak memory (empty in results saved before memory was recorded)."""
+    predicted_analytical_s: float | None = None
+    """The same plan predicted without per-layer profiles: the analytical model on the
+    device's calibration (``hetplan calibrate``); None in results saved before."""
+    analytical_source: str = ""
+    """What priced the layers of that prediction (``calibrated on cpu`` or ``analytical``)."""
 
     @property
     def error(self) -> float:
         """(measured - predicted) / predicted."""
         return (self.measured_s - self.predicted_s) / self.predicted_s
+
+    @property
+    def analytical_error(self) -> float | None:
+        """(measured - predicted) / predicted of the profile-free prediction."""
+        p = self.predicted_analytical_s
+        return None if p is None else (self.measured_s - p) / p
 
 
 @dataclass(frozen=True, kw_only=True)

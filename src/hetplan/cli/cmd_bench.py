@@ -36,7 +36,9 @@ def _json(result: SuiteResult, summary: Summary, out: Path) -> dict[str, Any]:
     from hetplan.serde import to_data
 
     data = {k: v for k, v in to_data(summary).items() if k not in ("selections", "speedups")}
-    for key in ("median_memory_error", "p90_memory_error"):  # null, not NaN, when no figure
+    nullable = ("median_memory_error", "p90_memory_error", "median_analytical_error",
+                "p90_analytical_error")  # fmt: skip
+    for key in nullable:  # null, not NaN, when no figure
         data[key] = _finite(data[key])
     data["selections"] = [to_data(s) for s in summary.selections]
     data["speedups"] = summary.speedups
@@ -44,7 +46,9 @@ def _json(result: SuiteResult, summary: Summary, out: Path) -> dict[str, Any]:
         {
             "model": c.model, "cluster": c.cluster, "strategy": c.strategy, "plan": c.label,
             "ranks": c.ranks, "predicted_s": c.predicted_s, "measured_s": c.measured_s,
-            "error": c.error, "planner_strategy": c.planner_strategy, "search_s": c.search_s,
+            "error": c.error, "predicted_analytical_s": c.predicted_analytical_s,
+            "analytical_error": c.analytical_error, "analytical_source": c.analytical_source,
+            "planner_strategy": c.planner_strategy, "search_s": c.search_s,
             "memory_error": case_memory_error(c),
             "memory": [{**to_data(r), "error": memory_error(r)} for r in c.memory],
         }
@@ -150,6 +154,12 @@ def _finish(result: SuiteResult, out: Path, as_json: bool) -> None:
         f"; speedup vs dp {_fmt(summary.speedup_vs_dp)}, vs equal pipeline "
         f"{_fmt(summary.speedup_vs_equal_pipeline)}"
     )
+    if summary.analytical_cases:
+        console.print(
+            f"without profiles (calibrated analytical): |error| median "
+            f"{100 * summary.median_analytical_error:.1f}%, "
+            f"p90 {100 * summary.p90_analytical_error:.1f}%"
+        )
     console.print(f"wrote {md} and {page}")
 
 
