@@ -62,9 +62,12 @@ def test_conv_and_linear_split_exactly() -> None:
     fc = 2 * 256 * 10  # 5,120
     assert layer.fwd_flops == conv1 + conv2 + fc
     assert layer.fwd_conv_flops == conv1 + conv2
-    # Backward: conv1 only its weight gradient (input is data); conv2 and fc both gradients.
-    assert layer.bwd_flops == conv1 + 2 * conv2 + 2 * fc
-    assert layer.bwd_conv_flops == conv1 + 2 * conv2
+    # Backward: conv1 only its weight gradient (input is data); conv2 and fc both gradients;
+    # each conv's bias gradient sums its 4 x 8x8 output gradient (graph.conv_flops: one add
+    # per element; torch's counter counts none, nor does it for the linear's bias).
+    bias = 4 * 64  # 256
+    assert layer.bwd_flops == conv1 + 2 * conv2 + 2 * fc + 2 * bias
+    assert layer.bwd_conv_flops == conv1 + 2 * conv2 + 2 * bias
 
 
 def test_old_layer_json_loads_with_zero_conv_flops() -> None:

@@ -20,7 +20,6 @@ layer ran next to a stand-in, or a layer's parameter was used outside it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -240,6 +239,6 @@ class Dedup:
                 if leaked and st.last_use.get(key, layer) > layer:
                     return False
         for idx, tmpl in self.stood_in.items():
-            st.stats[idx] = dataclasses.replace(st.stats[tmpl.idx])
+            st.stats[idx] = st.stats[tmpl.idx].copy()  # per-class work too, unshared
             st.copied[idx] = tmpl.idx
         return True

@@ -8,6 +8,10 @@ batch-1 special cases) and divided by it. Approximations:
   parameter gradients (batch-independent traffic the cost model prices from ``param_bytes``).
 * attention (``scaled_dot_product_attention``) is traced as the fused flash kernel, which saves
   no (T, T) score matrix; FLOPs count the full (non-causal) score matrix, as torch does.
+* convolution FLOPs are our own count (:mod:`conv_flops`: torch's counter overcounts grouped
+  and depthwise weight gradients); every other op's are torch's ``FlopCounterMode``'s.
+* ``LayerInfo.work`` splits each pass's FLOPs, I/O bytes and kernels by operation class
+  (:data:`OP_CLASSES`, :func:`ops.op_class`); the parts add up to the layer's totals.
 * ``saved_bytes`` is the storage size of each tensor autograd saves, excluding parameters,
   counted once (in the first layer that saves it).
 * ops outside any layer (the loss, glue code in a custom ``forward``) belong to the layer that
@@ -37,13 +41,10 @@ from hetplan.graph.resolve import resolve_model
 from hetplan.graph.split import split_problem
 from hetplan.graph.tp_units import find_tp_units, find_vocab_pair, split_count
 from hetplan.graph.trace import LayerStats, TraceState, trace_step
-from hetplan.graph.types import LayerInfo, ModelGraph
+from hetplan.graph.types import OP_CLASSES, LayerInfo, ModelGraph, OpWork
+from hetplan.planspec.torch_dtypes import TORCH_DTYPES
 
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32,
-    "fp16": torch.float16,
-    "bf16": torch.bfloat16,
-}
+DTYPES = TORCH_DTYPES  # the one dtype table (hetplan.planspec.dtypes), as torch dtypes
 
 
 def select_layers(model: nn.Module, depth: int) -> list[tuple[str, nn.Module]]:
@@ -243,7 +244,30 @@ def _layer_info(
         bwd_io_bytes=math.ceil(st.bwd_io / batch),
         fwd_kernels=st.fwd_kernels,
         bwd_kernels=st.bwd_kernels,
+        work=_op_work(st, batch),
     )
+
+
+def _op_work(st: LayerStats, batch: int) -> tuple[OpWork, ...]:
+    """Per-class figures per sample (kernels per pass), forward then backward, each in
+    :data:`OP_CLASSES` order; classes that launched nothing and count no FLOPs are left out.
+    I/O bytes are not rounded up as ``fwd_io_bytes`` is: their sum is within a byte of it."""
+    out = []
+    for backward in (False, True):
+        for cls in OP_CLASSES:
+            w = st.work.get((cls, backward))
+            if w is None or not (w.kernels or w.flops):
+                continue
+            out.append(
+                OpWork(
+                    op_class=cls,
+                    backward=backward,
+                    flops=w.flops / batch,
+                    io_bytes=w.io / batch,
+                    kernels=w.kernels,
+                )
+            )
+    return tuple(out)
 
 
 def _with_tp_facts(

@@ -1,4 +1,5 @@
-"""Per-op helpers of the tracer: tensor identity, argument flattening, kernel test."""
+"""Per-op helpers of the tracer: tensor identity, argument flattening, kernel test, operation
+classes (:data:`hetplan.graph.types.OP_CLASSES`) and our convolution FLOP counts."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves
+
+from hetplan.graph.conv_flops import ConvArgs, conv_backward_flops, conv_forward_flops
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -63,6 +66,92 @@ def is_conv(func: Any) -> bool:
     if conv is None:
         conv = _CONV[func] = func.name() in _CONV_NAMES
     return conv
+
+
+# Fused scaled-dot-product attention kernels, forward and backward (flash, memory-efficient,
+# cuDNN, CPU flash, backend-overridable): the tracer runs SDPA as the flash kernel
+# (:mod:`hetplan.graph.attention`); a masked SDPA it leaves to the math path decomposes into
+# bmm and softmax ops, classed as matmul and memory.
+_ATTENTION_PREFIXES = (
+    "aten::_scaled_dot_product_",
+    "aten::_flash_attention",
+    "aten::_efficient_attention",
+)
+_KIND: dict[Any, str] = {}
+"""Per operator: ``conv``, ``attention`` or ``other`` (cached like ``_KERNEL``)."""
+
+
+def _kind(func: Any) -> str:
+    kind = _KIND.get(func)
+    if kind is None:
+        kind = "other"
+        if is_conv(func):
+            kind = "conv"
+        elif func.name().startswith(_ATTENTION_PREFIXES):
+            kind = "attention"
+        _KIND[func] = kind
+    return kind
+
+
+def op_class(func: Any, flops: int, groups: int = 1) -> str:
+    """Operation class of an op (:data:`hetplan.graph.types.OP_CLASSES`): convolutions by
+    ``groups``, fused attention by name, any other op by whether it counts FLOPs (torch counts
+    them only for matmul-like ops: mm, bmm, addmm, baddbmm...)."""
+    kind = _kind(func)
+    if kind == "conv":
+        return "conv_grouped" if groups > 1 else "conv"
+    if kind == "attention":
+        return "attention"
+    return "matmul" if flops > 0 else "memory"
+
+
+_ARG_NAMES: dict[Any, tuple[str, ...]] = {}
+"""Per operator: its schema's argument names (cached)."""
+
+
+def _bind(func: Any, args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """An op's arguments by schema name (dispatch passes most of them positionally)."""
+    names = _ARG_NAMES.get(func)
+    if names is None:
+        names = _ARG_NAMES[func] = tuple(a.name for a in func._schema.arguments)
+    bound = dict(zip(names, args, strict=False))
+    bound.update(kwargs)
+    return bound
+
+
+def _per_dim(value: Any, dims: int, default: int) -> tuple[int, ...]:
+    """A per-spatial-dimension argument, expanded as aten does (one value for all dims)."""
+    if value is None:
+        return (default,) * dims
+    values = [int(v) for v in value] if isinstance(value, list | tuple) else [int(value)]
+    return tuple(values * dims) if len(values) == 1 else tuple(values)
+
+
+def conv_work(func: Any, args: Any, kwargs: dict[str, Any], counted: int) -> tuple[int, int]:
+    """FLOPs (:mod:`hetplan.graph.conv_flops`) and groups of a convolution op.
+
+    Ops with ``aten.convolution``'s or ``aten.convolution_backward``'s argument names (those,
+    ``_convolution`` and the ``*_overrideable`` ones: all a meta-device trace runs) get our
+    count; any other (a backend kernel with its own signature) keeps ``counted``, torch's.
+    """
+    a = _bind(func, args, kwargs)
+    groups = int(a.get("groups", 1))
+    x, w = a.get("input"), a.get("weight")
+    if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or "stride" not in a:
+        return counted, groups
+    dims = w.dim() - 2
+    conv = ConvArgs(
+        stride=_per_dim(a["stride"], dims, 1),
+        padding=_per_dim(a.get("padding"), dims, 0),
+        dilation=_per_dim(a.get("dilation"), dims, 1),
+        transposed=bool(a.get("transposed", False)),
+        output_padding=_per_dim(a.get("output_padding"), dims, 0),
+    )
+    grad = a.get("grad_output")
+    if not isinstance(grad, torch.Tensor):
+        return conv_forward_flops(x.shape, w.shape, conv), groups
+    mask = a.get("output_mask") or (True, True, True)
+    return conv_backward_flops(grad.shape, x.shape, w.shape, conv, mask), groups
 
 
 def output_tensors(obj: Any) -> list[torch.Tensor]:

@@ -1,7 +1,10 @@
 """One traced training step: per-op FLOPs, bytes, kernels, saved tensors and data flow.
 
 A :class:`TorchDispatchMode` sits on top of torch's ``FlopCounterMode`` and reads the counter
-before and after every aten op, so FLOP formulas are torch's own. Ops are attributed to the
+before and after every aten op, so FLOP formulas are torch's own, except for convolutions,
+counted by :mod:`conv_flops` (torch overcounts a grouped convolution's weight gradient). Each
+kernel is also classed (matmul, conv, conv_grouped, attention, memory: :func:`ops.op_class`)
+and its FLOPs, I/O bytes and launch summed per layer, pass and class. Ops are attributed to the
 *layer* (a module at the chosen depth) that is running: forward by module pre-hooks, backward by
 gradient hooks on each layer's outputs (the gradient of layer ``i``'s output arrives just before
 layer ``i``'s backward runs). Ops outside any layer go to the layer that ran last before them
@@ -12,6 +15,7 @@ addresses are not reused. Runs of identical layers are traced in part (:mod:`ded
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,13 +29,24 @@ from hetplan.graph.attention import fused_attention
 from hetplan.graph.dedup import Dedup
 from hetplan.graph.ops import (
     Desc,
+    conv_work,
     describe,
     is_conv,
     is_kernel,
+    op_class,
     output_tensors,
     storage_key,
     tensors,
 )
+
+
+@dataclass
+class ClassStats:
+    """Raw totals of one operation class in one pass of a layer over the traced batch."""
+
+    flops: int = 0
+    io: int = 0
+    kernels: int = 0
 
 
 @dataclass
@@ -41,7 +56,8 @@ class LayerStats:
     fwd_flops: int = 0
     bwd_flops: int = 0
     fwd_conv_flops: int = 0
-    """Part of ``fwd_flops`` done by convolution operators (:func:`ops.is_conv`)."""
+    """Part of ``fwd_flops`` done by convolution operators (:func:`ops.is_conv`; counted by
+    :mod:`conv_flops`, not torch)."""
     bwd_conv_flops: int = 0
     fwd_io: int = 0
     bwd_io: int = 0
@@ -53,6 +69,22 @@ class LayerStats:
     out_bytes: int = -1
     ops: int = 0
     """Operators recorded (views included)."""
+    work: dict[tuple[str, bool], ClassStats] = field(default_factory=dict)
+    """(operation class, backward) -> its part of the FLOPs, I/O bytes and kernels above."""
+
+    def add_work(self, op_class: str, backward: bool, flops: int, io: int, kernel: bool) -> None:
+        """Add one op's figures to its class (backward I/O arrives apart, with 0 FLOPs)."""
+        w = self.work.get((op_class, backward))
+        if w is None:
+            w = self.work[op_class, backward] = ClassStats()
+        w.flops += flops
+        w.io += io
+        w.kernels += kernel
+
+    def copy(self) -> LayerStats:
+        """An independent copy (a stand-in's figures, :mod:`dedup`)."""
+        work = {k: dataclasses.replace(w) for k, w in self.work.items()}
+        return dataclasses.replace(self, work=work)
 
 
 @dataclass
@@ -78,8 +110,8 @@ class TraceState:
     reused: set[int] = field(default_factory=set)
     """Module-list positions of layers called again after a later layer ran."""
     stack: list[int] = field(default_factory=list)
-    bwd_ops: list[tuple[int, list[Desc], list[Desc]]] = field(default_factory=list)
-    """Backward kernels: (layer, inputs, outputs) as (storage key, bytes, shape)."""
+    bwd_ops: list[tuple[int, str, list[Desc], list[Desc]]] = field(default_factory=list)
+    """Backward kernels: (layer, op class, inputs, outputs) as (storage key, bytes, shape)."""
     weight_grads: set[int] = field(default_factory=set)
     """Storage keys of parameter gradients (batch-independent; left out of the I/O bytes)."""
     keep: list[torch.Tensor] = field(default_factory=list)
@@ -121,9 +153,14 @@ class TraceState:
                 self.keep.append(t)
 
     def record(self, func: Any, args: Any, out: Any, flops: int) -> None:
+        """One op: ``args`` is ``(args, kwargs)``, ``flops`` the counter's count for it."""
         ins, outs = tensors(args), tensors(out)
         kernel = is_kernel(func)
-        conv = flops if flops and is_conv(func) else 0
+        groups, conv = 1, 0
+        if is_conv(func):
+            flops, groups = conv_work(func, args[0], args[1], flops)
+            conv = flops
+        cls = op_class(func, flops, groups) if kernel or flops else None
         self.n_ops += 1
         if self.backward:
             layer = self.cur_bwd
@@ -131,9 +168,11 @@ class TraceState:
             st.ops += 1
             st.bwd_flops += flops
             st.bwd_conv_flops += conv
+            if cls is not None:  # I/O bytes added by finish_backward_io
+                st.add_work(cls, True, flops, 0, kernel)
             if kernel:
                 st.bwd_kernels += 1
-                self.bwd_ops.append((layer, describe(ins), describe(outs)))
+                self.bwd_ops.append((layer, cls or "memory", describe(ins), describe(outs)))
             self.keep.extend(outs)
             return
         layer = self.cur_fwd
@@ -142,11 +181,15 @@ class TraceState:
         st.fwd_flops += flops
         st.fwd_conv_flops += conv
         keys = [storage_key(t) for t in ins]
+        io = 0
         if kernel:
             st.fwd_kernels += 1
             excluded = self.excluded
             io = sum(t.nbytes for t, k in zip(ins, keys, strict=True) if k not in excluded)
-            st.fwd_io += io + sum(t.nbytes for t in outs if storage_key(t) not in excluded)
+            io += sum(t.nbytes for t in outs if storage_key(t) not in excluded)
+            st.fwd_io += io
+        if cls is not None:
+            st.add_work(cls, False, flops, io, kernel)
         producer, watch = self.producer, self.watch
         if self.owners:
             self._check_owners(keys, layer)
@@ -183,7 +226,7 @@ class TraceState:
         changed = True
         while changed:
             changed = False
-            for _, ins, outs in self.bwd_ops:
+            for _, _, ins, outs in self.bwd_ops:
                 for group, other in ((ins, outs), (outs, ins)):
                     shapes = {shape for key, _, shape in other if key in self.weight_grads}
                     for key, _, shape in group:
@@ -191,8 +234,10 @@ class TraceState:
                             skip.add(key)
                             self.weight_grads.add(key)
                             changed = True
-        for layer, ins, outs in self.bwd_ops:
-            self.stats[layer].bwd_io += sum(n for key, n, _ in ins + outs if key not in skip)
+        for layer, cls, ins, outs in self.bwd_ops:
+            io = sum(n for key, n, _ in ins + outs if key not in skip)
+            self.stats[layer].bwd_io += io
+            self.stats[layer].add_work(cls, True, 0, io, False)
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         key = storage_key(t)

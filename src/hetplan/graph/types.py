@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from hetplan.errors import InputError
 
-
 OP_CLASSES = ("matmul", "conv", "conv_grouped", "attention", "memory")
 """Operation classes a layer's kernels are priced by (:mod:`hetplan.cost.calibration`):
 ``matmul`` (mm, bmm, addmm, linear...), ``conv`` (dense convolutions, forward and backward),
