@@ -1,4 +1,8 @@
-"""``hetplan profile`` (measured per-layer times) and ``hetplan profile-links`` (link figures)."""
+"""``hetplan profile`` (measured per-layer times), ``hetplan import-profile`` (per-layer times
+measured by other tools) and ``hetplan profile-links`` (link figures).
+
+``import-profile`` is a command of its own, not ``profile import``: ``profile`` takes the model
+as its argument, so a subcommand group would break ``hetplan profile MODEL``."""
 
 from __future__ import annotations
 
@@ -163,6 +167,65 @@ def profile(
     console.print(f"profile stored in {path}")
 
 
+def _import_targets(profiles: list[Profile], out: Path | None) -> list[Path]:
+    """Where each imported profile goes; a single ``--out FILE.json`` takes one profile."""
+    from hetplan.profile.store import profile_path
+
+    if out is not None and out.suffix == ".json":
+        if len(profiles) > 1:
+            groups = ", ".join(f"{p.device_type} {p.dtype} tp {p.tp}" for p in profiles)
+            raise InputError(
+                f"--out {out}: the file gives {len(profiles)} profiles ({groups}); give a "
+                "folder to store them all"
+            )
+        return [out]
+    return [profile_path(p, out) for p in profiles]
+
+
+def _import_line(p: Profile, path: Path) -> str:
+    sizes = ",".join(str(b) for b in p.batch_sizes)
+    return (
+        f"imported {p.model} on {p.device_type}, {p.dtype}, tp {p.tp}: {len(p.fits)} layers at "
+        f"micro-batch {sizes}; stored in {path}"
+    )
+
+
+def import_profile(
+    file: Annotated[Path, typer.Argument(help="CSV (header row) or JSON (list of rows).")],
+    model: Annotated[str, typer.Option(help="Zoo name, path/to/file.py:fn or pkg.mod:fn.")],
+    dataset: Annotated[str | None, typer.Option(help="mnist, cifar10, imagenet, highres.")] = None,
+    depth: Annotated[int | None, typer.Option(min=1, help="Module depth of the layers.")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="FILE.json (one profile), or a store directory (default: the store)."),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Import per-layer forward/backward times measured by another tool (one profile per
+    device type, dtype and tp; format in docs/profiling.md) into the profile store."""
+    from hetplan.profile.importer import import_file
+    from hetplan.serde import write_json_atomic
+
+    try:
+        _check_store(out)  # before the work (tracing the model)
+        with working(f"reading {file}", quiet=json_out):
+            profiles = import_file(file, model, dataset=dataset, depth=depth)
+        paths = _import_targets(profiles, out)
+        for p, path in zip(profiles, paths, strict=True):
+            write_json_atomic(path, to_data(p))
+    except HetplanError as err:
+        raise _fail(err) from None
+    if json_out:
+        print_json({"profiles": [{"path": str(x), "device_type": p.device_type, "dtype": p.dtype,
+                                  "tp": p.tp, "batch_sizes": list(p.batch_sizes)}
+                                 for p, x in zip(profiles, paths, strict=True)]})  # fmt: skip
+        return
+    for p, path in zip(profiles, paths, strict=True):
+        console.print(_import_line(p, path), soft_wrap=True)
+        for note in p.notes:
+            console.print(f"  note: {note}", soft_wrap=True)
+
+
 _SIZE_SUFFIX = {"K": 2**10, "M": 2**20, "G": 2**30}
 
 
@@ -303,7 +366,9 @@ def profile_power(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``profile``, ``profile-links`` and ``profile-power`` to ``app``."""
+    """Add ``profile``, ``import-profile``, ``profile-links`` and ``profile-power`` to
+    ``app``."""
     app.command("profile")(profile)
+    app.command("import-profile")(import_profile)
     app.command("profile-power")(profile_power)
     app.command("profile-links")(profile_links)

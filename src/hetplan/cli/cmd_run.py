@@ -32,6 +32,7 @@ from hetplan.units import plural
 if TYPE_CHECKING:
     from hetplan.run.measure import Measurement
     from hetplan.run.train import Training
+    from hetplan.run.writeback import WriteBack
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +45,10 @@ class _Run:
     seed: int
     training: Training
     as_json: bool
+    profiles: Path | None = None
+    """Profile store directory (None: the default store)."""
+    save_profile: bool = True
+    """Write what the run measured back into the store."""
 
 
 def train_cmd(
@@ -101,6 +106,18 @@ def train_cmd(
     lr: Annotated[
         float | None, typer.Option(help="Learning rate (default: 0.01 for SGD, 1e-3 for Adam).")
     ] = None,
+    profiles: Annotated[
+        Path | None,
+        typer.Option(help="Profile store directory: the prediction reads it, the run writes back."),
+    ] = None,
+    save_profile: Annotated[
+        bool,
+        typer.Option(
+            "--save-profile/--no-save-profile",
+            help="Write the measured stage times back to the profile store per device type and "
+            "micro-batch size (docs/profiling.md).",
+        ),
+    ] = True,
 ) -> None:
     """Run a plan for real with torch.distributed: train on synthetic batches or your data,
     checkpoint and resume (under any plan); print measured vs predicted iteration time, energy,
@@ -118,7 +135,9 @@ def train_cmd(
         if dtype not in PRECISIONS:
             raise InputError(f"--dtype: {dtype!r}; expected one of {', '.join(PRECISIONS)}")
         plan = dataclasses.replace(plan, model=dataclasses.replace(plan.model, dtype=dtype))
-    clus, _ = with_power_fits(load_cluster(cluster))
+    if profiles is not None:
+        check_output_dir(profiles, "--profiles")
+    clus, _ = with_power_fits(load_cluster(cluster), profiles)
     if not other_cluster:
         check_cluster(plan, clus, where=str(plan_file), option="--other-cluster")
     training = Training(
@@ -131,6 +150,8 @@ def train_cmd(
         options = _options(steps, warmup, out, data, checkpoint, checkpoint_every, resume, seed, lr)
         options += ["--run-id", run_id] if run_id else []
         options += ["--other-cluster"] if other_cluster else []
+        options += ["--profiles", str(profiles)] if profiles is not None else []
+        options += [] if save_profile else ["--no-save-profile"]
         cmds = node_commands(
             plan, clus, plan_path=plan_file, cluster_path=cluster, rdzv=rdzv, options=options
         )
@@ -148,7 +169,7 @@ def train_cmd(
         here = node_run(plan, clus, node, rdzv, run_id)
     run = _Run(
         steps=steps, warmup=warmup, timeout=timeout, seed=seed, training=training,
-        as_json=as_json,
+        as_json=as_json, profiles=profiles, save_profile=save_profile,
     )  # fmt: skip
     measured = _execute(plan, clus, run, here, steps_path(path))
     if measured is None:
@@ -157,7 +178,7 @@ def train_cmd(
         console.print(f"node {node}: its {len(here.ranks)} rank(s) finished; node {first} "
                       "writes the measurement")  # fmt: skip
         return
-    _report(plan, clus, measured, path, as_json)
+    _report(plan, clus, measured, path, run)
 
 
 def _execute(
@@ -177,6 +198,8 @@ def _execute(
                 raw = _launch(plan, clus, run, training, here, bar.poll)
             except RunError as err:  # keep the steps measured so far, then fail in one line
                 kept = _keep_steps(logs, ranks, step_log, here)
+                if run.save_profile:
+                    kept += ("; " if kept else "") + "no profile written back (the run failed)"
                 raise _with_log(err, step_log, kept) from None
         if raw is None:
             return None
@@ -232,16 +255,23 @@ def _launch(
     )  # fmt: skip
 
 
-def _report(plan: Plan, clus: Cluster, measured: Measurement, path: Path, as_json: bool) -> None:
-    """Energy, prediction, chart and the saved measurement, printed or as JSON."""
+def _report(plan: Plan, clus: Cluster, measured: Measurement, path: Path, run: _Run) -> None:
+    """Energy, prediction, chart, the saved measurement and profile write-back, printed or as
+    JSON."""
     from hetplan.bench.runner import comparable_memory
-    from hetplan.cli.train_view import print_report, report_json, trace_chart
+    from hetplan.cli.train_view import (
+        print_report,
+        report_json,
+        trace_chart,
+        writeback_json,
+        writeback_lines,
+    )
     from hetplan.run.measure import save_measurement, with_predicted_memory, with_prediction
     from hetplan.run.train import predict_plan, with_energy
     from hetplan.run.tune import idle_devices, idle_watts
 
     measured = with_energy(measured, clus)
-    prediction, source = predict_plan(plan, clus)
+    prediction, source = predict_plan(plan, clus, run.profiles)
     chart = None
     if prediction is not None:
         measured = with_prediction(measured, prediction.iteration_time_s, source)
@@ -252,27 +282,40 @@ def _report(plan: Plan, clus: Cluster, measured: Measurement, path: Path, as_jso
     else:
         measured = with_prediction(measured, None, source)
     path = save_measurement(measured, path)
-    fits = _record_power(measured, clus)
+    fits = _record_power(measured, clus, run.profiles)
+    timeline = prediction.timeline if prediction is not None else None
+    back = _write_back(measured, clus, timeline, run) if run.save_profile else None
     step_log = steps_path(path)
-    if as_json:
+    if run.as_json:
         report = report_json(measured, path, chart, idle_watts(plan, clus, measured))
-        print_json(report | {"step_log": str(step_log)})
+        print_json(report | {"step_log": str(step_log)} | writeback_json(back))
         return
     unused = len(idle_devices(plan, clus, measured))
     print_report(measured, path, chart, (idle_watts(plan, clus, measured), unused))
     console.print(f"step log: {step_log}")
-    for line in fits:
-        console.print(line)
+    for line in fits + writeback_lines(back):
+        console.print(line, soft_wrap=True)
 
 
-def _record_power(m: Measurement, cluster: Cluster) -> list[str]:
+def _write_back(m: Measurement, clus: Cluster, timeline: object | None, run: _Run) -> WriteBack:
+    """The run's stage times written back into the profile store; a store that cannot be
+    written is a reason, not a failure (the measurement is saved already)."""
+    from hetplan.run.writeback import WriteBack, write_measured
+
+    try:
+        return write_measured(m, clus, timeline, run.profiles)
+    except InputError as err:
+        return WriteBack(skipped=[str(err)])
+
+
+def _record_power(m: Measurement, cluster: Cluster, directory: Path | None) -> list[str]:
     """Add the run's metered GPU points to the power fits; one line per refitted type."""
     from hetplan.run.power_profile import record_power_points
     from hetplan.run.train import gpu_power_points
 
     lines = []
     for kind, points in gpu_power_points(m, cluster).items():
-        fit = record_power_points(kind, points)
+        fit = record_power_points(kind, points, directory)
         if fit is not None:
             lines.append(
                 f"power model of {kind} refitted from {fit.samples} measured points: idle "

@@ -5,6 +5,9 @@ divided by the device's speed share (source ``measured on <type>``). For a devic
 type: a measured type's times multiplied, layer by layer, by the analytical model's ratio
 between the two types (source ``scaled from <type>``): the analytical model is trusted for
 *relative* speed while the profile anchors the absolute level. Otherwise: the fallback.
+
+Only single-device profiles (``tp == 1``) price a device's layers; profiles of a
+tensor-parallel group's ranks are read by :meth:`MeasuredCompute.tp_layer_costs`.
 """
 
 from __future__ import annotations
@@ -41,6 +44,26 @@ def profile_matches(profile: Profile, graph: ModelGraph) -> bool:
     )
 
 
+def _rank(p: Profile) -> tuple[int, int, str]:
+    """Preference among matching profiles: widest batch range, then most sizes, then newest."""
+    return (max(p.batch_sizes), len(p.batch_sizes), p.timestamp)
+
+
+def best_profiles(
+    profiles: Sequence[Profile], graph: ModelGraph, tp: int = 1
+) -> dict[str, Profile]:
+    """One profile of ``graph`` at tensor-parallel degree ``tp`` per device type (see
+    :func:`_rank`)."""
+    best: dict[str, Profile] = {}
+    for p in profiles:
+        if p.tp != tp or not profile_matches(p, graph):
+            continue
+        cur = best.get(p.device_type)
+        if cur is None or _rank(p) > _rank(cur):
+            best[p.device_type] = p
+    return best
+
+
 class MeasuredCompute:
     """:class:`~hetplan.cost.types.ComputeModel` over measured profiles (see module doc)."""
 
@@ -75,16 +98,19 @@ class MeasuredCompute:
         return self.types.get(name) or catalog_resolver(name)
 
     def _matching(self, graph: ModelGraph) -> dict[str, Profile]:
-        """One profile per measured device type (widest batch range, then newest)."""
-        best: dict[str, Profile] = {}
-        for p in self.profiles:
-            if not profile_matches(p, graph):
-                continue
-            cur = best.get(p.device_type)
-            rank = (max(p.batch_sizes), len(p.batch_sizes), p.timestamp)
-            if cur is None or rank > (max(cur.batch_sizes), len(cur.batch_sizes), cur.timestamp):
-                best[p.device_type] = p
-        return best
+        """One single-device profile per measured device type."""
+        return best_profiles(self.profiles, graph)
+
+    def tp_layer_costs(
+        self, graph: ModelGraph, device: Device, batch: int, tp: int
+    ) -> list[LayerCost] | None:
+        """One rank's measured costs of every layer in a tensor-parallel group of ``tp``
+        devices of ``device``'s type (its share of split layers, all of replicated ones, as
+        that rank ran them), divided by the speed share; None without such a profile."""
+        own = best_profiles(self.profiles, graph, tp).get(device.type.name)
+        if own is None:
+            return None
+        return _measured_costs(own, graph, batch, device.speed, self.include_loss)
 
     def layer_costs(self, graph: ModelGraph, device: Device, batch: int) -> list[LayerCost]:
         """Measured, scaled or fallback cost of every layer (each says its source)."""
@@ -165,6 +191,8 @@ def _measured_costs(
     profile: Profile, graph: ModelGraph, batch: int, speed: float, include_loss: bool
 ) -> list[LayerCost]:
     source = f"measured on {profile.device_type}"
+    if profile.tp > 1:
+        source += f" (tp {profile.tp})"
     fits = {f.name: f for f in profile.fits}
     last = profile.fits[-1].name
     loss = profile.step_fit.loss

@@ -1,4 +1,5 @@
-"""The profile store: JSON files keyed by device type, model, input shape, batch set and dtype.
+"""The profile store: JSON files keyed by device type, model, input shape, batch set and dtype
+(and the tensor-parallel degree when it is above 1).
 
 Default directory ``~/.cache/hetplan/profiles``; ``HETPLAN_PROFILE_DIR`` overrides it, and an
 explicit directory argument overrides both.
@@ -26,6 +27,7 @@ __all__ = [
     "load_profiles",
     "profile_dir",
     "profile_key",
+    "profile_path",
     "save_profile",
 ]
 
@@ -53,11 +55,13 @@ def profile_key(
     input_shape: Sequence[int],
     batch_sizes: Sequence[int],
     dtype: str,
+    tp: int = 1,
 ) -> str:
-    """File stem naming one profile, e.g. ``cpu__resnet18__3x32x32__b1-16-32__fp32``."""
+    """File stem naming one profile, e.g. ``cpu__resnet18__3x32x32__b1-16-32__fp32``; a
+    tensor-parallel profile adds ``__tp2`` (tp = 1 keeps the keys of older stores)."""
     shape = "x".join(str(d) for d in input_shape) or "scalar"
     batches = "-".join(str(b) for b in sorted(set(batch_sizes)))
-    parts = (device_type, model, shape, f"b{batches}", dtype)
+    parts = (device_type, model, shape, f"b{batches}", dtype) + ((f"tp{tp}",) if tp > 1 else ())
     return "__".join(_safe(p) for p in parts)
 
 
@@ -68,14 +72,19 @@ def key_of(profile: Profile) -> str:
         profile.input_shape,
         profile.batch_sizes,
         profile.dtype,
+        profile.tp,
     )
+
+
+def profile_path(profile: Profile, directory: Path | None = None) -> Path:
+    """The file :func:`save_profile` writes ``profile`` to."""
+    return profile_dir(directory) / f"{key_of(profile)}.json"
 
 
 def save_profile(profile: Profile, directory: Path | None = None) -> Path:
     """Write ``profile`` into the store (replacing one with the same key); return its path."""
-    root = profile_dir(directory)
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{key_of(profile)}.json"
+    path = profile_path(profile, directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, to_data(profile))
     return path
 
@@ -114,6 +123,7 @@ def find_profile(
     *,
     batch_sizes: Sequence[int] | None = None,
     directory: Path | None = None,
+    tp: int = 1,
 ) -> Profile | None:
     """The stored profile matching the key; with no ``batch_sizes``, the one covering the
     widest batch range (ties: the newest)."""
@@ -125,6 +135,7 @@ def find_profile(
         and p.model == model
         and tuple(p.input_shape) == shape
         and p.dtype == dtype
+        and p.tp == tp
         and (batch_sizes is None or sorted(set(p.batch_sizes)) == sorted(set(batch_sizes)))
     ]
     if not matches:

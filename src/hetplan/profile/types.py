@@ -81,6 +81,9 @@ class Profile:
     """Shape of one sample, without the batch dimension."""
     dtype: str
     """fp32, fp16 or bf16."""
+    tp: int = 1
+    """Tensor-parallel degree the layers ran at: times are one rank's share of a TP group
+    (1: one device; absent from files written before TP profiles existed)."""
     threads: int
     """``torch.get_num_threads()`` while profiling."""
     cpus: tuple[int, ...] | None
@@ -101,6 +104,10 @@ class Profile:
     """UTC time, ISO 8601."""
     torch_version: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.tp < 1:
+            raise ValueError(f"tp: must be >= 1 (got {self.tp})")
 
     @property
     def layer_names(self) -> tuple[str, ...]:

@@ -270,10 +270,12 @@ def measure_plan(
     return summarize(plan, raw, warmup=warmup, cluster=cluster.name)
 
 
-def predict_plan(plan: Plan, cluster: Cluster) -> tuple[Any | None, str]:
+def predict_plan(
+    plan: Plan, cluster: Cluster, directory: Path | None = None
+) -> tuple[Any | None, str]:
     """The predictor's :class:`hetplan.predict.Prediction` of ``plan`` and what it used; (None,
-    why) without one. Measured profiles from the profile store where they exist, the analytical
-    model otherwise.
+    why) without one. Measured profiles from the profile store (``directory``, default the
+    usual one) where they exist, the analytical model otherwise.
     """
     try:  # optional at run time: a missing predictor must not stop a measurement
         from hetplan.graph import build_graph  # noqa: PLC0415
@@ -282,7 +284,7 @@ def predict_plan(plan: Plan, cluster: Cluster) -> tuple[Any | None, str]:
     except ImportError as err:  # a partial install: measure anyway
         return None, f"predictor not available ({err})"
     graph = build_graph(plan.model)
-    pred = predict(plan, graph, cluster, compute_model(plan.model.dtype))
+    pred = predict(plan, graph, cluster, compute_model(plan.model.dtype, directory=directory))
     # What priced the layers, per device type: profiles of another model or device type do
     # not count as measured (the prediction's own account, not the store's size).
     return pred, pred.cost_source
