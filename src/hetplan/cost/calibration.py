@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from hetplan.graph.types import OP_CLASSES
 
+TINY_INTENSITY = 1e-9  # FLOPs per byte: stands for 0 in logarithms
 MEMORY_CLASS = "memory"
 """The class priced by bytes moved; every other class by FLOPs."""
 
@@ -46,6 +47,10 @@ class RateCurve:
     backward: bool
     points: tuple[RatePoint, ...]
     """Sorted by work, at least one."""
+    intensity: float = 0.0
+    """FLOPs per byte of activations moved (``OpWork.flops / OpWork.io_bytes``) of the probe
+    family this curve was measured on; 0 for ``memory``. A class measured at several
+    intensities (a linear layer's width, a convolution's channels) has one curve each."""
 
     def __post_init__(self) -> None:
         if self.op_class not in OP_CLASSES:
@@ -106,14 +111,33 @@ class Calibration:
     torch_version: str
     notes: tuple[str, ...] = field(default_factory=tuple)
 
-    def curve(self, op_class: str, backward: bool) -> RateCurve | None:
-        """The class's curve for the pass; a backward without its own curve uses the
-        forward's (the same kernels run: matmuls for a matmul's gradients)."""
+    def family(self, op_class: str, backward: bool) -> list[RateCurve]:
+        """The class's curves for the pass by intensity; a backward without curves of its own
+        uses the forward's (the same kernels run: matmuls for a matmul's gradients)."""
         same = [c for c in self.curves if c.op_class == op_class]
-        for c in same:
-            if c.backward == backward:
-                return c
-        return same[0] if same else None
+        mine = [c for c in same if c.backward == backward] or same
+        return sorted(mine, key=lambda c: c.intensity)
+
+    def curve(self, op_class: str, backward: bool) -> RateCurve | None:
+        """The class's (lowest-intensity) curve for the pass, None if not measured."""
+        curves = self.family(op_class, backward)
+        return curves[0] if curves else None
+
+    def seconds(self, op_class: str, backward: bool, work: float, intensity: float) -> float | None:
+        """Seconds of one kernel of ``work`` at ``intensity``: between the two measured
+        intensities around it, log-time is interpolated linearly in log-intensity; outside
+        them, the nearest curve. None if the class was not measured."""
+        curves = self.family(op_class, backward)
+        if not curves:
+            return None
+        xs = [math.log(max(c.intensity, TINY_INTENSITY)) for c in curves]
+        x = math.log(max(intensity, TINY_INTENSITY))
+        i = bisect.bisect_right(xs, x)
+        if i == 0 or i == len(curves) or xs[i] == xs[i - 1]:
+            return curves[min(i, len(curves) - 1) if i else 0].seconds(work)
+        lo, hi = curves[i - 1].seconds(work), curves[i].seconds(work)
+        f = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+        return math.exp(math.log(lo) + f * (math.log(hi) - math.log(lo))) if lo > 0 else 0.0
 
 
 def calibration_key(device_type: str, dtype: str) -> tuple[str, str]:

@@ -5,19 +5,24 @@ Each class's kernels are priced at their own size, for a micro-batch of ``b`` sa
     t_c = max(compute_c, (b IO_c + w_c) / BW)          (a roofline per class)
 
 ``compute_c`` is ``K_c * curve_c(b F_c / K_c)`` on a calibrated device (the measured seconds
-per kernel at that work per kernel, :mod:`hetplan.cost.calibration`), else
+per kernel at that work per kernel, on the curves of the class's forward intensity
+``F_c / IO_c``, the shape of its kernels in both passes,
+:meth:`hetplan.cost.calibration.Calibration.seconds`), else
 ``b F_c / (P_c eff f_c) + K_c o`` (peak ``P_c`` of the class's dtype, the device type's
 ``compute_efficiency`` ``eff``, the class factor ``f_c`` of :data:`CLASS_EFFICIENCY` and the
 per-kernel overhead ``o``). ``w_c`` is the class's share (by FLOPs) of the weight traffic
 (weights read forward; read and their gradients written backward). The ``memory`` class is
 ``K * curve(b IO / K)`` calibrated, else ``b IO / BW + K o``; a layer whose kernels do no
-FLOPs (a LayerNorm) bills its weight traffic to it. ``BW`` is the best bandwidth the
-``memory`` probe reached, else the spec bandwidth times ``memory_efficiency``. The layer's
+FLOPs (a LayerNorm) bills its weight traffic to it. On a calibrated device the memory floor
+of a FLOP class is its bytes moved by ``K_c`` kernels on the ``memory`` curve (so weights
+streamed from DRAM are priced at the rate big copies reach, not the cache-resident one);
+else ``BW`` is the spec bandwidth times ``memory_efficiency``. The layer's
 time is the sum over classes: kernels of one layer run one after another.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from hetplan.cost.calibration import MEMORY_CLASS, Calibration
@@ -64,13 +69,15 @@ def pass_time(
     works = [w for w in layer.work if w.backward == backward]
     flops = sum(w.flops for w in works if w.op_class != MEMORY_CLASS)
     weights = float(weight_passes * layer.param_bytes)
+    shape = {w.op_class: _intensity(w) for w in layer.work if not w.backward}
     total = 0.0
     for w in works:
         if w.op_class == MEMORY_CLASS:
             extra = weights if flops <= 0 else 0.0
             total += _memory_time(w, batch, extra, rates)
         else:
-            total += _compute_time(w, batch, weights * w.flops / flops, rates)
+            intensity = shape.get(w.op_class, _intensity(w))
+            total += _compute_time(w, batch, weights * w.flops / flops, intensity, rates)
     if not works and weights > 0:
         total += weights / rates.bandwidth
     return total
@@ -80,15 +87,27 @@ def _memory_time(w: OpWork, batch: float, weights: float, rates: ClassRates) -> 
     curve = rates.calibration.curve(MEMORY_CLASS, w.backward) if rates.calibration else None
     nbytes = batch * w.io_bytes
     if curve is not None and w.kernels > 0:
-        return w.kernels * curve.seconds(nbytes / w.kernels) + weights / rates.bandwidth
+        return w.kernels * curve.seconds((nbytes + weights) / w.kernels)
     return (nbytes + weights) / rates.bandwidth + w.kernels * rates.kernel_overhead_s
 
 
-def _compute_time(w: OpWork, batch: float, weights: float, rates: ClassRates) -> float:
-    curve = rates.calibration.curve(w.op_class, w.backward) if rates.calibration else None
-    if curve is not None and w.kernels > 0:
-        memory = (batch * w.io_bytes + weights) / rates.bandwidth
-        return max(w.kernels * curve.seconds(batch * w.flops / w.kernels), memory)
+def _intensity(w: OpWork) -> float:
+    """FLOPs per byte of activations moved: the kernels' shape (a layer's width, channels)."""
+    return w.flops / w.io_bytes if w.io_bytes > 0 else math.inf
+
+
+def _compute_time(
+    w: OpWork, batch: float, weights: float, intensity: float, rates: ClassRates
+) -> float:
+    cal = rates.calibration
+    if cal is not None and w.kernels > 0:
+        one = cal.seconds(w.op_class, w.backward, batch * w.flops / w.kernels, intensity)
+        if one is not None:
+            # The memory floor: the class's bytes moved as memory-bound kernels move them.
+            nbytes = batch * w.io_bytes + weights
+            mem = cal.curve(MEMORY_CLASS, w.backward)
+            floor = w.kernels * mem.seconds(nbytes / w.kernels) if mem else nbytes / rates.bandwidth
+            return max(w.kernels * one, floor)
     peak = rates.conv_peak if w.op_class in CONV_CLASSES else rates.other_peak
     return roofline_time(
         batch * w.flops,

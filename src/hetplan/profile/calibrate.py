@@ -5,49 +5,73 @@ Every probe is a single operation of its class, timed forward (the op) and backw
 kernel is counted as the graph extractor counts it (:mod:`hetplan.graph.trace`; the probe's
 counts are checked against a trace of the same op in the tests):
 
-* ``matmul``: ``x @ W``, ``x`` of ``m x k`` rows over a fixed ``k x n`` weight, ``m`` swept
-  (a linear layer over a growing micro-batch); forward ``2mkn`` FLOPs in 1 kernel, backward
-  2 kernels (input and weight gradients) of ``2mkn`` each;
-* ``conv``/``conv_grouped``: a 3x3 convolution (dense; depthwise), batch swept; forward
+* ``matmul``: ``x @ W``, ``x`` of ``m x k`` over a ``k x k`` weight (a linear layer over a
+  micro-batch), ``m`` and ``k`` swept; forward ``2mk^2`` FLOPs in 1 kernel, backward 2 kernels
+  (input and weight gradients) of ``2mk^2`` each;
+* ``conv``/``conv_grouped``: a 3x3 convolution (dense; depthwise), batch, channels and
+  resolution swept; forward
   ``2 N C_out H W (C_in / groups) 9`` FLOPs, backward 1 ``convolution_backward`` doing twice
   that (input and weight gradients);
-* ``attention``: fused scaled-dot-product attention, batch swept; FLOPs as torch's counter
-  counts the flash kernel (as the graph traces it);
-* ``memory``: an elementwise product ``x * y``, elements swept; forward reads 2 and writes 1
-  tensor, backward 2 such kernels (one per input gradient).
+* ``attention``: fused scaled-dot-product attention, batch and sequence swept; FLOPs as
+  torch's counter counts the flash kernel (as the graph traces it);
+* ``memory``: a residual block's tail, ``relu(batch_norm(x) + r)``, elements swept; its
+  kernels and the bytes they move counted by a dispatch mode as the tracer counts them (every
+  kernel's input and output tensors).
 """
 
 from __future__ import annotations
 
 import datetime
 import functools
+import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.nn import functional as F  # noqa: N812
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hetplan.cost.calibration import Calibration, RateCurve, RatePoint
+from hetplan.graph.ops import is_kernel, tensors
 from hetplan.profile.timing import clock_for, device_name
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-# Probe sizes. CPU sweeps stop where one kernel takes ~0.1 s on a few cores; GPU sweeps go
-# to sizes where large kernels saturate the device.
-MATMUL_WIDTH = {"cpu": 512, "cuda": 4096}  # k = n, elements
-MATMUL_ROWS = (1, 4, 16, 64, 256, 1024)  # m, rows (x 4 more points on GPU: see _rows)
-CONV_SHAPE = {"cpu": (64, 32), "cuda": (128, 56)}  # channels, spatial side
-CONV_BATCHES = (1, 2, 4, 8, 16, 32)
-ATTN_SHAPE = {"cpu": (4, 128, 64), "cuda": (16, 1024, 64)}  # heads, tokens, head dim
-ATTN_BATCHES = (1, 2, 4, 8, 16)
-MEMORY_ELEMENTS = tuple(4**e for e in range(5, 13))  # 1 Ki .. 16 Mi elements
+# Probe sizes, from launch-bound kernels (~1e4 FLOPs) up: CPU sweeps stop where one kernel
+# takes ~0.1 s on one core, GPU sweeps go on to sizes where big kernels saturate the device.
+# Shapes are those of models' layers: a linear layer over a growing number of rows, square
+# 3x3 convolutions of growing width and resolution, attention over growing sequences.
+# Probe families: within one, the kernels' intensity (FLOPs per byte of activations moved)
+# is fixed and the size grows; families differ in intensity (a linear layer's width, a
+# convolution's channels, attention's sequence length), the other axis efficiency follows.
+# CPU sizes stop near 1 GFLOP per kernel (~10 ms on one core), GPU ones near 1 TFLOP.
+MAX_WORK = {"cpu": 1.5e9, "cuda": 2e12}  # FLOPs per forward kernel
+MATMUL_WIDTHS = {"cpu": (64, 256, 512, 1024), "cuda": (256, 1024, 4096, 8192)}  # k = n
+MATMUL_ROWS = {"cpu": (1, 8, 64, 512), "cuda": (1, 64, 1024, 16384)}  # m
+CONV_CHANNELS = {"cpu": (16, 32, 64, 128, 256, 512), "cuda": (16, 64, 128, 256, 512)}
+CONV_SHAPES = {  # (batch, spatial side) of every conv family
+    "cpu": ((1, 4), (1, 8), (1, 16), (8, 16), (8, 32)),
+    "cuda": ((1, 8), (8, 16), (32, 32), (64, 56), (256, 56)),
+}
+GROUPED_SIZES = {  # (batch, channels, spatial side); depthwise: one family (fixed intensity)
+    "cpu": ((1, 8, 8), (1, 32, 16), (1, 64, 32), (4, 64, 32), (16, 128, 32), (32, 128, 32)),
+    "cuda": ((1, 32, 16), (1, 64, 32), (16, 128, 32), (64, 256, 56), (256, 256, 56)),
+}
+ATTN_TOKENS = {"cpu": (32, 128, 512), "cuda": (128, 512, 2048)}
+ATTN_BATCHES = {"cpu": (1, 4, 16), "cuda": (1, 8, 64)}
+ATTN_HEADS, ATTN_DIM = 4, 64
+MEMORY_CHANNELS = 64  # channels of the memory probe's activations
+MEMORY_ELEMENTS = {  # elements of the memory probe's activations
+    "cpu": tuple(4**e for e in range(5, 13)),  # 1 Ki .. 16 Mi
+    "cuda": tuple(4**e for e in range(5, 15)),  # 1 Ki .. 256 Mi
+}
 # FLOPs of fused attention as torch's counter counts the flash kernel the graph traces
 # (torch.utils.flop_counter sdpa formulas; checked in the tests): forward QK^T and PV,
 # 2 b h s^2 d each; backward 2.5x (dQ, dK, dV, dP and the recomputed scores).
 ATTN_FWD_FLOPS = 4  # FLOPs per (batch x head x query x key x head-dim) element
 ATTN_BWD_RATIO = 2.5  # backward FLOPs / forward FLOPs
-GPU_EXTRA = 4  # on GPUs every batch/row sweep goes 4x, 16x further (bigger kernels saturate later)
 # Floor of a backward time net of the engine's per-call cost, as a share of the gross time:
 # noise must not make a kernel free.
 MIN_NET_SHARE = 0.1  # dimensionless
@@ -64,6 +88,10 @@ class Probe:
     fwd_kernels: int
     bwd_work: float
     bwd_kernels: int
+    intensity: float = 0.0
+    """FLOPs per byte of activations of the forward kernel (weights left out, as
+    ``OpWork.io_bytes`` counts them): the family's shape; both passes' curves are filed
+    under it (a backward's own bytes depend on which gradients are needed)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,79 +113,138 @@ def _kind(dev: torch.device) -> str:
     return "cuda" if dev.type == "cuda" else "cpu"
 
 
-def _rows(dev: torch.device, base: tuple[int, ...]) -> tuple[int, ...]:
-    if dev.type != "cuda":
-        return base
-    return (*base, *(base[-1] * GPU_EXTRA**i for i in (1, 2)))
-
-
 def matmul_probes(dev: torch.device, dtype: torch.dtype) -> Iterator[Probe]:
-    width = MATMUL_WIDTH[_kind(dev)]
-    w = _t((width, width), dtype, dev)
-    for m in _rows(dev, MATMUL_ROWS):
-        x = _t((m, width), dtype, dev)
-        flops = 2.0 * m * width * width
-        yield Probe(
-            run=functools.partial(torch.matmul, x, w),
-            inputs=(x, w),
-            fwd_work=flops,
-            fwd_kernels=1,
-            bwd_work=flops,
-            bwd_kernels=2,
-        )
+    size = _size(dtype)
+    for width in MATMUL_WIDTHS[_kind(dev)]:
+        for m in MATMUL_ROWS[_kind(dev)]:
+            flops = 2.0 * m * width * width
+            if flops > MAX_WORK[_kind(dev)]:
+                continue
+            x, w = _t((m, width), dtype, dev), _t((width, width), dtype, dev)
+            act = m * width * size  # one m x k activation, bytes
+            yield Probe(
+                run=functools.partial(torch.matmul, x, w),
+                inputs=(x, w),
+                fwd_work=flops,
+                fwd_kernels=1,
+                bwd_work=flops,
+                bwd_kernels=2,
+                intensity=flops / (2 * act),  # reads x, writes y
+            )
 
 
-def conv_probes(dev: torch.device, dtype: torch.dtype, grouped: bool) -> Iterator[Probe]:
-    channels, side = CONV_SHAPE[_kind(dev)]
-    groups = channels if grouped else 1
+def conv_probes(dev: torch.device, dtype: torch.dtype) -> Iterator[Probe]:
+    for channels in CONV_CHANNELS[_kind(dev)]:
+        for n, side in CONV_SHAPES[_kind(dev)]:
+            probe = _conv(dev, dtype, n, channels, side, groups=1)
+            if probe.fwd_work <= MAX_WORK[_kind(dev)]:
+                yield probe
+
+
+def grouped_probes(dev: torch.device, dtype: torch.dtype) -> Iterator[Probe]:
+    for n, channels, side in GROUPED_SIZES[_kind(dev)]:
+        yield _conv(dev, dtype, n, channels, side, groups=channels)
+
+
+def _conv(
+    dev: torch.device, dtype: torch.dtype, n: int, channels: int, side: int, groups: int
+) -> Probe:
     w = _t((channels, channels // groups, 3, 3), dtype, dev)
-    for n in _rows(dev, CONV_BATCHES):
-        x = _t((n, channels, side, side), dtype, dev)
-        flops = 2.0 * n * channels * side * side * (channels // groups) * 9
-        yield Probe(
-            run=functools.partial(F.conv2d, x, w, padding=1, groups=groups),
-            inputs=(x, w),
-            fwd_work=flops,
-            fwd_kernels=1,
-            bwd_work=2 * flops,
-            bwd_kernels=1,
-        )
+    x = _t((n, channels, side, side), dtype, dev)
+    flops = 2.0 * n * channels * side * side * (channels // groups) * 9
+    act = n * channels * side * side * _size(dtype)  # input = output size (padding 1)
+    return Probe(
+        run=functools.partial(F.conv2d, x, w, padding=1, groups=groups),
+        inputs=(x, w),
+        fwd_work=flops,
+        fwd_kernels=1,
+        bwd_work=2 * flops,
+        bwd_kernels=1,
+        intensity=flops / (2 * act),  # reads x, writes y
+    )
 
 
 def attention_probes(dev: torch.device, dtype: torch.dtype) -> Iterator[Probe]:
-    heads, tokens, dim = ATTN_SHAPE[_kind(dev)]
-    for n in _rows(dev, ATTN_BATCHES):
-        q, k, v = (_t((n, heads, tokens, dim), dtype, dev) for _ in range(3))
-        flops = ATTN_FWD_FLOPS * n * heads * tokens * tokens * dim
-        yield Probe(
-            run=functools.partial(F.scaled_dot_product_attention, q, k, v),
-            inputs=(q, k, v),
-            fwd_work=flops,
-            fwd_kernels=1,
-            bwd_work=ATTN_BWD_RATIO * flops,
-            bwd_kernels=1,
-        )
+    for tokens in ATTN_TOKENS[_kind(dev)]:
+        for n in ATTN_BATCHES[_kind(dev)]:
+            flops = ATTN_FWD_FLOPS * n * ATTN_HEADS * tokens * tokens * ATTN_DIM
+            if flops > MAX_WORK[_kind(dev)]:
+                continue
+            q, k, v = (_t((n, ATTN_HEADS, tokens, ATTN_DIM), dtype, dev) for _ in range(3))
+            act = n * ATTN_HEADS * tokens * ATTN_DIM * _size(dtype)  # one of q, k, v, out
+            yield Probe(
+                run=functools.partial(F.scaled_dot_product_attention, q, k, v),
+                inputs=(q, k, v),
+                fwd_work=flops,
+                fwd_kernels=1,
+                bwd_work=ATTN_BWD_RATIO * flops,
+                bwd_kernels=1,
+                intensity=flops / (4 * act),  # reads q, k, v, writes out
+            )
+
+
+def _size(dtype: torch.dtype) -> int:
+    return int(torch.empty((), dtype=dtype).element_size())
 
 
 def memory_probes(dev: torch.device, dtype: torch.dtype) -> Iterator[Probe]:
-    size = torch.empty((), dtype=dtype).element_size()
-    for n in MEMORY_ELEMENTS if dev.type != "cuda" else (*MEMORY_ELEMENTS, 4**13, 4**14):
-        x, y = _t((n,), dtype, dev), _t((n,), dtype, dev)
-        nbytes = 3.0 * n * size  # two tensors read, one written
+    for n in MEMORY_ELEMENTS[_kind(dev)]:
+        side = max(int(math.sqrt(n / MEMORY_CHANNELS)), 1)
+        x = _t((1, MEMORY_CHANNELS, side, side), dtype, dev)
+        r = _t((1, MEMORY_CHANNELS, side, side), dtype, dev)
+        run = functools.partial(_norm_add_relu, x, r)
+        fwd, bwd = count_kernels(run, (x, r))
         yield Probe(
-            run=functools.partial(torch.mul, x, y),
-            inputs=(x, y),
-            fwd_work=nbytes,
-            fwd_kernels=1,
-            bwd_work=nbytes,
-            bwd_kernels=2,
+            run=run,
+            inputs=(x, r),
+            fwd_work=fwd.io_bytes / fwd.kernels,
+            fwd_kernels=fwd.kernels,
+            bwd_work=bwd.io_bytes / bwd.kernels,
+            bwd_kernels=bwd.kernels,
         )
+
+
+def _norm_add_relu(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """The memory-bound kernels of a residual block's tail (normalisation, add, activation)."""
+    return F.relu(F.batch_norm(x, None, None, training=True) + r)
+
+
+@dataclass
+class KernelCount:
+    """Kernels launched and bytes they read and wrote, as the graph tracer counts them."""
+
+    kernels: int = 0
+    io_bytes: float = 0.0
+
+
+class _Counter(TorchDispatchMode):  # type: ignore[misc]
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = KernelCount()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        if is_kernel(func):
+            self.count.kernels += 1
+            self.count.io_bytes += sum(t.nbytes for t in tensors((args, kwargs, out)))
+        return out
+
+
+def count_kernels(
+    run: Callable[[], torch.Tensor], inputs: tuple[torch.Tensor, ...]
+) -> tuple[KernelCount, KernelCount]:
+    """Forward and backward kernels of ``run`` and their bytes (no parameters involved)."""
+    with _Counter() as fwd:
+        out = run()
+    with _Counter() as bwd:
+        torch.autograd.grad(out, inputs, torch.ones_like(out))
+    return fwd.count, bwd.count
 
 
 PROBES: dict[str, Callable[[torch.device, torch.dtype], Iterator[Probe]]] = {
     "matmul": matmul_probes,
-    "conv": lambda d, t: conv_probes(d, t, grouped=False),
-    "conv_grouped": lambda d, t: conv_probes(d, t, grouped=True),
+    "conv": conv_probes,
+    "conv_grouped": grouped_probes,
     "attention": attention_probes,
     "memory": memory_probes,
 }
@@ -197,8 +284,7 @@ def measure_probe(
 ) -> tuple[float, float]:
     """Seconds per forward and per backward kernel of one probe (backward net of
     ``engine_s``, the engine's per-call cost; at least :data:`MIN_NET_SHARE` of the time)."""
-    with torch.no_grad():
-        fwd = _timed(probe.run, dev, settings)
+    fwd = _timed(probe.run, dev, settings)  # with autograd recording, as training runs it
     out = probe.run()
     grad = torch.ones_like(out)
 
@@ -212,18 +298,22 @@ def measure_probe(
 
 def measure_class(
     op_class: str, dev: torch.device, dtype: str, settings: Settings
-) -> tuple[RateCurve, RateCurve]:
-    """The forward and backward curves of one class."""
-    fwd_points, bwd_points = [], []
+) -> list[RateCurve]:
+    """The class's curves: per family of probes of one intensity, forward and backward."""
+    points: dict[tuple[bool, float], list[RatePoint]] = {}
     engine_s = engine_overhead(dev, settings)
     for probe in PROBES[op_class](dev, DTYPES[dtype]):
         fwd_s, bwd_s = measure_probe(probe, dev, settings, engine_s)
-        fwd_points.append(RatePoint(work=probe.fwd_work / probe.fwd_kernels, seconds=fwd_s))
-        bwd_points.append(RatePoint(work=probe.bwd_work / probe.bwd_kernels, seconds=bwd_s))
-    return (
-        RateCurve(op_class=op_class, backward=False, points=_sorted(fwd_points)),
-        RateCurve(op_class=op_class, backward=True, points=_sorted(bwd_points)),
-    )
+        for backward, work, seconds, intensity in (
+            (False, probe.fwd_work / probe.fwd_kernels, fwd_s, probe.intensity),
+            (True, probe.bwd_work / probe.bwd_kernels, bwd_s, probe.intensity),
+        ):
+            key = (backward, round(intensity, 6))
+            points.setdefault(key, []).append(RatePoint(work=work, seconds=seconds))
+    return [
+        RateCurve(op_class=op_class, backward=b, intensity=i, points=_sorted(pts))
+        for (b, i), pts in sorted(points.items())
+    ]
 
 
 def _sorted(points: list[RatePoint]) -> tuple[RatePoint, ...]:
