@@ -111,3 +111,23 @@ def test_help_says_what_mixed_precision_means(
     flat = "".join(text.replace("│", " ").split())
     phrase = "mixed precision: autocast over fp32 master weights (fp16 adds a loss scaler)"
     assert "".join(phrase.split()) in flat
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_plan_in_low_precision_trains_end_to_end(
+    dtype: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``plan --dtype`` searches in that precision and ``train`` runs the plan under it."""
+    plan, out = tmp_path / "plan.json", tmp_path / "m.json"
+    argv = ["plan", *GPT, "--cluster", LOCAL, "--dtype", dtype, "--out", str(plan), "--json"]
+    code, text, err = _run(argv, capsys)
+    assert code == 0, err
+    assert json.loads(plan.read_text())["model"]["dtype"] == dtype
+    argv = ["train", str(plan), "--cluster", LOCAL, "--steps", "2", "--warmup", "0"]
+    code, text, err = _run([*argv, "--out", str(out), "--no-save-profile"], capsys)
+    assert code == 0, err
+    measured = json.loads(out.read_text())
+    assert measured["measured_iteration_s"] > 0
+    # The run trained the plan it was given, in its precision (the executor's autocast over
+    # fp32 weights is checked against a single-process run in tests/run/test_run_fidelity).
+    assert measured["plan"]["model"]["dtype"] == dtype
