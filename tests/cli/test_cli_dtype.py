@@ -120,11 +120,11 @@ def test_plan_in_low_precision_trains_end_to_end(
     """``plan --dtype`` searches in that precision and ``train`` runs the plan under it."""
     plan, out = tmp_path / "plan.json", tmp_path / "m.json"
     argv = ["plan", *GPT, "--cluster", LOCAL, "--dtype", dtype, "--out", str(plan), "--json"]
-    code, text, err = _run(argv, capsys)
+    code, _, err = _run(argv, capsys)
     assert code == 0, err
     assert json.loads(plan.read_text())["model"]["dtype"] == dtype
     argv = ["train", str(plan), "--cluster", LOCAL, "--steps", "2", "--warmup", "0"]
-    code, text, err = _run([*argv, "--out", str(out), "--no-save-profile"], capsys)
+    code, _, err = _run([*argv, "--out", str(out), "--no-save-profile"], capsys)
     assert code == 0, err
     measured = json.loads(out.read_text())
     assert measured["measured_iteration_s"] > 0
