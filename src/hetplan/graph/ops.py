@@ -177,6 +177,37 @@ def _collect(obj: Any, out: list[torch.Tensor]) -> None:
             _collect(x, out)
 
 
+# Backward ops that move a parameter's gradient without mixing in anything else (names without
+# the overload): autograd sums a tied weight's partial gradients with ``add`` (``add_`` when
+# it may reuse a buffer), ``AccumulateGrad`` copies the total into ``.grad`` (an empty tensor
+# and ``copy_``, or ``clone``), a cast weight's gradient is cast back (``_to_copy``). An add is
+# a *sum* of gradients of one parameter only when its result is one; any copy of a parameter
+# gradient is one, and so is its source.
+_GRAD_SUMS = frozenset({"aten::add", "aten::add_"})
+_GRAD_COPIES = frozenset(
+    {
+        "aten::copy_",
+        "aten::_copy_from",
+        "aten::_copy_from_and_resize",
+        "aten::clone",
+        "aten::_to_copy",
+        "aten::detach",
+        "aten::alias",
+        "aten::lift_fresh_copy",
+    }
+)
+
+
+def grad_flow(name: str) -> str:
+    """How a backward op's parameter-gradient status passes through it, from its aten name
+    (``aten::add.Tensor``): ``sum`` (a parameter gradient's summands are ones too), ``copy``
+    (all its tensors are one if any is) or ``other``."""
+    base = name.split(".", 1)[0]
+    if base in _GRAD_SUMS:
+        return "sum"
+    return "copy" if base in _GRAD_COPIES else "other"
+
+
 Desc = tuple[int, int, tuple[int, ...]]
 
 

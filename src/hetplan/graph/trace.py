@@ -31,6 +31,7 @@ from hetplan.graph.ops import (
     Desc,
     conv_work,
     describe,
+    grad_flow,
     is_conv,
     is_kernel,
     op_class,
@@ -87,6 +88,19 @@ class LayerStats:
         return dataclasses.replace(self, work=work)
 
 
+@dataclass(frozen=True, slots=True)
+class BwdOp:
+    """One backward kernel, kept until :meth:`TraceState.finish_backward_io` prices it."""
+
+    layer: int
+    op_class: str
+    name: str
+    """The aten operator's name with its overload (``aten::add_.Tensor``)."""
+    ins: list[Desc]
+    """Tensor arguments as (storage key, bytes, shape)."""
+    outs: list[Desc]
+
+
 @dataclass
 class TraceState:
     """Everything the hooks and the dispatch mode record during one step."""
@@ -110,8 +124,8 @@ class TraceState:
     reused: set[int] = field(default_factory=set)
     """Module-list positions of layers called again after a later layer ran."""
     stack: list[int] = field(default_factory=list)
-    bwd_ops: list[tuple[int, str, list[Desc], list[Desc]]] = field(default_factory=list)
-    """Backward kernels: (layer, op class, inputs, outputs) as (storage key, bytes, shape)."""
+    bwd_ops: list[BwdOp] = field(default_factory=list)
+    """Backward kernels, in execution order."""
     weight_grads: set[int] = field(default_factory=set)
     """Storage keys of parameter gradients (batch-independent; left out of the I/O bytes)."""
     keep: list[torch.Tensor] = field(default_factory=list)
@@ -172,7 +186,8 @@ class TraceState:
                 st.add_work(cls, True, flops, 0, kernel)
             if kernel:
                 st.bwd_kernels += 1
-                self.bwd_ops.append((layer, cls or "memory", describe(ins), describe(outs)))
+                op = BwdOp(layer, cls or "memory", func.name(), describe(ins), describe(outs))
+                self.bwd_ops.append(op)
             self.keep.extend(outs)
             return
         layer = self.cur_fwd
@@ -218,26 +233,46 @@ class TraceState:
     def finish_backward_io(self) -> None:
         """Backward I/O bytes without parameter gradients.
 
-        Autograd hands a parameter hook the *total* gradient; partial gradients (a tied weight)
-        are summed, and totals copied, by ops whose inputs and outputs share that shape: such
-        neighbours are marked as parameter gradients too, until nothing changes.
+        A parameter hook sees the *total* gradient; the tensors it was made from or copied to
+        are parameter gradients too, found by following only ops that move gradients
+        (:func:`ops.grad_flow`) until nothing changes:
+
+        * an op whose tensor inputs are all parameters, buffers or parameter gradients (one at
+          least) makes parameter gradients (``AccumulateGrad``'s empty copy, a cast, a sum);
+        * a copy's source and destination are one if either is (a total copied into ``.grad``,
+          a partial gradient cast back to the parameter's dtype);
+        * an ``add``'s summands are one if its result is (partial gradients of a tied weight).
+
+        No gradient status passes through any other op (a matmul, a reduction, elementwise
+        math): a weight gradient's *operands* are activations and their gradients, whatever
+        their shapes (shapes can coincide: a (batch * seq, hidden) activation gradient and a
+        (hidden, hidden) weight gradient).
         """
-        skip = self.excluded | self.weight_grads
+        grads, excluded = self.weight_grads, self.excluded
+        flows = [
+            (grad_flow(op.name), [k for k, _, _ in op.ins], [k for k, _, _ in op.outs])
+            for op in self.bwd_ops
+        ]
         changed = True
         while changed:
             changed = False
-            for _, _, ins, outs in self.bwd_ops:
-                for group, other in ((ins, outs), (outs, ins)):
-                    shapes = {shape for key, _, shape in other if key in self.weight_grads}
-                    for key, _, shape in group:
-                        if shape in shapes and key not in skip:
-                            skip.add(key)
-                            self.weight_grads.add(key)
-                            changed = True
-        for layer, cls, ins, outs in self.bwd_ops:
-            io = sum(n for key, n, _ in ins + outs if key not in skip)
-            self.stats[layer].bwd_io += io
-            self.stats[layer].add_work(cls, True, 0, io, False)
+            for flow, ins, outs in flows:
+                marked: list[int] = []
+                if any(k in grads for k in ins) and all(k in grads or k in excluded for k in ins):
+                    marked += outs
+                if flow == "copy" and any(k in grads for k in ins + outs):
+                    marked += ins + outs
+                elif flow == "sum" and any(k in grads for k in outs):
+                    marked += ins
+                for key in marked:
+                    if key not in grads and key not in excluded:
+                        grads.add(key)
+                        changed = True
+        skip = excluded | grads
+        for op in self.bwd_ops:
+            io = sum(n for key, n, _ in op.ins + op.outs if key not in skip)
+            self.stats[op.layer].bwd_io += io
+            self.stats[op.layer].add_work(op.op_class, True, 0, io, False)
 
     def pack(self, t: torch.Tensor) -> torch.Tensor:
         key = storage_key(t)
