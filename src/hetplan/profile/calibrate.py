@@ -84,7 +84,7 @@ class Probe:
     run: Callable[[], torch.Tensor]
     inputs: tuple[torch.Tensor, ...]
     fwd_work: float
-    """FLOPs (bytes for ``memory``) per forward kernel."""
+    """FLOPs (bytes moved for ``memory``) of the forward pass, all its kernels."""
     fwd_kernels: int
     bwd_work: float
     bwd_kernels: int
@@ -127,7 +127,7 @@ def matmul_probes(dev: torch.device, dtype: torch.dtype) -> Iterator[Probe]:
                 inputs=(x, w),
                 fwd_work=flops,
                 fwd_kernels=1,
-                bwd_work=flops,
+                bwd_work=2 * flops,  # dx = dy W^T and dW = x^T dy, each as the forward
                 bwd_kernels=2,
                 intensity=flops / (2 * act),  # reads x, writes y
             )
@@ -197,9 +197,9 @@ def memory_probes(dev: torch.device, dtype: torch.dtype) -> Iterator[Probe]:
         yield Probe(
             run=run,
             inputs=(x, r),
-            fwd_work=fwd.io_bytes / fwd.kernels,
+            fwd_work=fwd.io_bytes,
             fwd_kernels=fwd.kernels,
-            bwd_work=bwd.io_bytes / bwd.kernels,
+            bwd_work=bwd.io_bytes,
             bwd_kernels=bwd.kernels,
         )
 
