@@ -100,10 +100,10 @@ CAL = Calibration(
 
 def test_calibrated_layer_is_priced_class_by_class() -> None:
     batch = 4
-    # matmul: 2 kernels of 4 * 1e6 / 2 = 2e6 FLOPs on the curve; its memory floor
-    # (4 kB of I/O + 4 kB of weights at the memory probe's best 1e10 B/s) is far lower.
+    # matmul: 2 kernels of 4 * 1e6 / 2 = 2e6 FLOPs on the curve; its memory floor (4 kB of
+    # I/O + 4 kB of weights, as 2 memory-bound kernels of 4 kB on the memory curve) is lower.
     matmul = 2 * 1e-5 * (2e6 / 1e5) ** 0.5
-    assert (batch * 1000 + 4000) / 1e10 < matmul
+    assert matmul > 2 * 1e-6 * (4000 / 1e3) ** (2 / 3)
     # memory: 3 kernels of 4 * 4000 / 3 B each, on a log-log line of slope 2/3.
     memory = 3 * 1e-6 * (batch * 4000 / 3 / 1e3) ** (2 / 3)
     compute = AnalyticalCompute("fp32", calibrations=[CAL])
@@ -134,3 +134,30 @@ def test_small_micro_batches_run_less_efficiently_when_calibrated() -> None:
     compute = AnalyticalCompute("fp32", calibrations=[CAL])
     per_sample = [compute.layer_costs(GRAPH, DEVICE, b)[0].fwd_s / b for b in (1, 4, 16)]
     assert per_sample[0] > per_sample[1] > per_sample[2]
+
+
+def test_intensity_interpolates_between_families_log_log() -> None:
+    def flat(seconds: float, intensity: float) -> RateCurve:
+        points = (RatePoint(work=1e3, seconds=seconds), RatePoint(work=1e9, seconds=seconds))
+        return RateCurve(op_class="matmul", backward=False, points=points, intensity=intensity)
+
+    cal = dataclasses.replace(CAL, curves=(flat(4e-5, 64.0), flat(1e-5, 16.0)))
+    # 32 is the geometric middle of 16 and 64: the geometric mean of the two times.
+    assert cal.seconds("matmul", False, 1e6, 32.0) == pytest.approx(2e-5)
+    assert cal.seconds("matmul", False, 1e6, 1.0) == pytest.approx(1e-5)  # nearest family
+    assert cal.seconds("matmul", False, 1e6, 1e4) == pytest.approx(4e-5)
+    # A backward without curves of its own uses the forward's; an unmeasured class: None.
+    assert cal.seconds("matmul", True, 1e6, 16.0) == pytest.approx(1e-5)
+    assert cal.seconds("conv", False, 1e6, 16.0) is None
+
+
+def test_weight_bound_kernels_are_priced_by_their_bytes() -> None:
+    # One row through a 4 MB weight: the memory curve (1e3 B in 1 us .. 1e6 B in 100 us,
+    # 1e10 B/s beyond) bounds it, not the FLOP curve.
+    big = dataclasses.replace(
+        LAYER, param_bytes=4_000_000, work=(LAYER.work[0],), fwd_io_bytes=1000, fwd_kernels=2
+    )
+    graph = dataclasses.replace(GRAPH, layers=(big,))
+    (cost,) = AnalyticalCompute("fp32", calibrations=[CAL]).layer_costs(graph, DEVICE, 1)
+    per_kernel = (1000 + 4_000_000) / 2
+    assert cost.fwd_s == pytest.approx(2 * 1e-4 * per_kernel / 1e6)
