@@ -50,7 +50,7 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 MAX_WORK = {"cpu": 1.5e9, "cuda": 2e12}  # FLOPs per forward kernel
 MATMUL_WIDTHS = {"cpu": (64, 256, 512, 1024), "cuda": (256, 1024, 4096, 8192)}  # k = n
 MATMUL_ROWS = {"cpu": (1, 8, 64, 512), "cuda": (1, 64, 1024, 16384)}  # m
-CONV_CHANNELS = {"cpu": (16, 32, 64, 128, 256, 512), "cuda": (16, 64, 128, 256, 512)}
+CONV_CHANNELS = {"cpu": (4, 8, 16, 32, 64, 128, 256, 512), "cuda": (4, 16, 64, 128, 256, 512)}
 CONV_SHAPES = {  # (batch, spatial side) of every conv family
     "cpu": ((1, 4), (1, 8), (1, 16), (8, 16), (8, 32)),
     "cuda": ((1, 8), (8, 16), (32, 32), (64, 56), (256, 56)),
