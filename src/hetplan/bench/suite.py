@@ -11,18 +11,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetplan.errors import InputError
+from hetplan.planspec.strategies import ASYNC_VARIANTS as _VARIANTS
+from hetplan.planspec.strategies import FLUSHED_PIPELINE, RUNNABLE
 
 HOMOGENEOUS_2 = "local-cpu"
 HOMOGENEOUS_4 = "local-cpu-4on2"
 HETEROGENEOUS = "local-cpu-hetero"
 """Speeds 1 : 1/2 : 1/2 by CPU pinning (one process alone on a core, two sharing another)."""
 CLUSTERS = (HOMOGENEOUS_2, HOMOGENEOUS_4, HETEROGENEOUS)
-PIPELINES = ("gpipe", "1f1b")
+PIPELINES = FLUSHED_PIPELINE
+"""The synchronous single pipelines (gpipe, 1f1b), compared with each other in the report."""
 HYBRID_MIN_RANKS = 4
 """Hybrid (2 pipelines x 2 stages) needs 4 ranks."""
-EXECUTABLE_FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
-"""The planner's families, all executed by the runtime (tensor parallelism is not yet)."""
-ASYNC_VARIANTS = ("ps-async", "wsp")
+EXECUTABLE_FAMILIES = RUNNABLE
+"""The planner's families, all executed by the runtime."""
+ASYNC_VARIANTS = tuple(_VARIANTS)
 """Run as fixed strategies, since the planner does not propose them: an asynchronous
 parameter server and HetPipe's wave-synchronous hybrid, both with bound ``SUITE_STALENESS``."""
 BENCH_STRATEGIES = (*EXECUTABLE_FAMILIES, *ASYNC_VARIANTS, "tp")

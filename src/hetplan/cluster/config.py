@@ -64,11 +64,9 @@ from hetplan.cluster.links import LINK_CATALOG, link_type
 from hetplan.cluster.resolve import resolve_config
 from hetplan.cluster.spec import DEFAULT_COLLECTIVE_OVERHEAD_S, Cluster
 from hetplan.errors import InputError
+from hetplan.planspec.dtypes import PEAK_DTYPES as DTYPES  # keys accepted in ``peak_tflops``
 from hetplan.serde import from_data, read_structured, to_data, write_text_atomic
 from hetplan.units import US
-
-DTYPES = ("fp32", "tf32", "fp16", "bf16")
-"""Keys accepted in ``peak_tflops``."""
 
 
 def _positive(name: str, value: float | None) -> None:

@@ -1,22 +1,44 @@
-"""Memory needed by one pipeline stage (or one data-parallel replica) on one device."""
+"""Memory needed by one pipeline stage (or one data-parallel replica) on one device.
+
+The model is per layer (:func:`layer_bytes`: numpy arrays over the layers) plus a few
+stage-level terms; :func:`stage_memory` sums it over a stage for the prediction, and the
+planner's screening (``plan.pricing.Pricing.layer_mem``) sums the same arrays over the
+partitioner's layer ranges.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hetplan.cluster.spec import DeviceType
+import numpy as np
+from numpy.typing import NDArray
+
+from hetplan.cluster.spec import Device, DeviceType
 from hetplan.cost.comm_buckets import layer_tensor_bytes
-from hetplan.cost.dtypes import DTYPE_BYTES, is_mixed_precision
+from hetplan.cost.roofline import roofline_time
 from hetplan.cost.tp import tp_output_share, tp_share
-from hetplan.graph.types import LayerInfo
+from hetplan.cost.types import ComputeModel
+from hetplan.graph.types import LayerInfo, ModelGraph
+from hetplan.planspec.dtypes import DTYPE_BYTES, FP32_BYTES, is_mixed_precision
+from hetplan.planspec.strategies import ONE_STAGE, STRATEGIES
 from hetplan.units import MiB
+
+Floats = NDArray[np.float64]
 
 # Optimizer state slots per parameter (torch.optim): SGD without momentum keeps none, SGD
 # with momentum one ``momentum_buffer``, Adam/AdamW ``exp_avg`` and ``exp_avg_sq``
 # (PyTorch docs, torch.optim.SGD / Adam algorithm boxes). Kept in fp32.
 OPTIMIZER_SLOTS = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
-OPTIMIZER_STATE_BYTES = 4  # bytes per slot per parameter (fp32 state)
+OPTIMIZER_STATE_BYTES = FP32_BYTES  # bytes per slot per parameter (fp32 state)
+# Bytes moved per parameter by one optimizer step (fp32 p, g and state: in fp32 and under
+# mixed precision's fp32 master weights alike): SGD reads p, g and writes p (3 x 4 B);
+# momentum adds the buffer read and write (5 x 4 B); Adam reads p, g, m, v and writes p, m, v
+# (7 x 4 B). Source: torch.optim's update rules (foreach kernels are memory-bound elementwise
+# ops). Priced by :func:`optimizer_step_s`, for the screening and the simulator alike.
+OPTIMIZER_BYTES_PER_PARAM = {  # bytes/param: p, g read and p written, + each slot read and written
+    name: float((3 + 2 * slots) * OPTIMIZER_STATE_BYTES) for name, slots in OPTIMIZER_SLOTS.items()
+}
 # Mixed precision (model dtype bf16 or fp16): the runtime trains under
 # ``torch.autocast(device_type, dtype)`` over fp32 parameters (fp16 adds dynamic loss
 # scaling, run/precision.py), as Micikevicius et al. 2018, "Mixed Precision Training", and the
@@ -24,12 +46,12 @@ OPTIMIZER_STATE_BYTES = 4  # bytes per slot per parameter (fp32 state)
 # cast to the dtype, so ``LayerInfo.param_bytes`` count 2 B per parameter; weights, gradients
 # and communicated gradients are rescaled to fp32 (``weight_scale``, ``grad_scale``).
 # (``MIXED_PRECISION_DTYPES``, ``DTYPE_BYTES`` and ``is_mixed_precision`` live in
-# :mod:`hetplan.cost.dtypes`, imported here.)
+# :mod:`hetplan.planspec.dtypes`, the one dtype table.)
 # The parameters stay fp32 (autocast casts inside ops, never the module): the master weights.
-MASTER_WEIGHT_BYTES = 4  # bytes per parameter (fp32 master weights under autocast)
+MASTER_WEIGHT_BYTES = FP32_BYTES  # bytes per parameter (fp32 master weights under autocast)
 # A gradient has its parameter's dtype (autograd's AccumulateGrad writes ``param.grad`` like
 # ``param``): fp32 under autocast, so DDP buckets and PS pushes carry fp32 too.
-MIXED_GRAD_BYTES = 4  # bytes per parameter (fp32 gradients under autocast)
+MIXED_GRAD_BYTES = FP32_BYTES  # bytes per parameter (fp32 gradients under autocast)
 # Autocast's cast weights: with ``cache_enabled=True`` (the default) the bf16/fp16 copy of an
 # fp32 leaf tensor that requires grad, made for an op on autocast's lower-precision list (mm,
 # addmm, linear, conv*, bmm, ...), is cached until the autocast region exits and is saved by
@@ -50,8 +72,6 @@ FRAMEWORK_OVERHEAD_BYTES = 512 * MiB  # bytes per GPU process
 # A CPU process: the interpreter and torch libraries live in host memory that the device
 # capacity figure of a CPU "device" already excludes; keep a small allowance.
 CPU_FRAMEWORK_OVERHEAD_BYTES = 64 * MiB  # bytes per CPU process
-
-STRATEGIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +140,19 @@ def grad_tensor_bytes(layers: Sequence[LayerInfo], dtype: str) -> list[tuple[int
     return [tuple(round(b * scale) for b in layer) for layer in sizes]
 
 
+def tp_grad_tensor_bytes(
+    layers: Sequence[LayerInfo], dtype: str, tp: int = 1
+) -> list[tuple[int, ...]]:
+    """Per layer, the gradient tensor sizes one TP rank of degree ``tp`` communicates (DDP
+    buckets, PS push and pull: :func:`grad_tensor_bytes`): its shard of a split layer's
+    tensors, a replicated layer's whole; at least 1 byte each."""
+    sizes = grad_tensor_bytes(layers, dtype)
+    return [
+        tuple(max(int(b * tp_share(layer, tp)), 1) for b in tensors)
+        for layer, tensors in zip(layers, sizes, strict=True)
+    ]
+
+
 def is_gpu(device_type: DeviceType) -> bool:
     """CPU "devices" (catalog name ``cpu...``) get the small framework allowance."""
     return not device_type.name.lower().startswith("cpu")
@@ -128,6 +161,82 @@ def is_gpu(device_type: DeviceType) -> bool:
 def framework_overhead_bytes(is_gpu: bool) -> float:
     """The default framework allowance for a GPU or CPU process."""
     return FRAMEWORK_OVERHEAD_BYTES if is_gpu else CPU_FRAMEWORK_OVERHEAD_BYTES
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerBytes:
+    """Per layer (arrays over the layers), the bytes one TP rank of degree ``tp`` holds, each
+    already times the layer's TP share (:func:`hetplan.cost.tp.tp_share`)."""
+
+    weights: Floats
+    """``param_bytes * weight_scale(dtype)``: fp32 master weights under mixed precision."""
+    grads: Floats
+    """``param_bytes * grad_scale(dtype)``: fp32 gradients under mixed precision."""
+    optimizer: Floats
+    """``params * OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES``: fp32 state slots."""
+    cast_cache: Floats
+    """One autocast low-precision copy of the weights (:func:`cast_cache_bytes`)."""
+    saved: Floats
+    """Activations kept for backward per sample, in the graph dtype."""
+
+    def parts(
+        self, *, micro_batch: int, kept: int, copies: int, stashed_versions: int
+    ) -> dict[str, Floats]:
+        """Per layer, by kind, what a stage holds with the activations of ``kept``
+        micro-batches of ``micro_batch`` samples, ``copies`` autocast weight copies and
+        ``stashed_versions`` extra weight versions (PipeDream)."""
+        return {
+            "weights": self.weights,
+            "grads": self.grads,
+            "optimizer": self.optimizer,
+            "cast_cache": self.cast_cache * copies,
+            "activations": self.saved * (micro_batch * kept),
+            "stashed_weights": self.weights * stashed_versions,
+        }
+
+
+def layer_bytes(
+    layers: Sequence[LayerInfo], *, optimizer: str, dtype: str = "fp32", tp: int = 1
+) -> LayerBytes:
+    """The per-layer memory of ``layers`` on one TP rank of degree ``tp`` (see
+    :class:`LayerBytes`); ValueError for an unknown optimizer or ``tp < 1``."""
+    if optimizer not in OPTIMIZER_SLOTS:
+        raise ValueError(
+            f"unknown optimizer {optimizer!r}; expected one of {tuple(OPTIMIZER_SLOTS)}"
+        )
+    if tp < 1:
+        raise ValueError(f"tp ({tp}) must be >= 1")
+    share = _column([tp_share(x, tp) for x in layers])
+    param_bytes = _column([x.param_bytes for x in layers]) * share
+    per_param = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES
+    return LayerBytes(
+        weights=param_bytes * weight_scale(dtype),
+        grads=param_bytes * grad_scale(dtype),
+        optimizer=_column([x.params for x in layers]) * share * per_param,
+        cast_cache=_column([cast_cache_bytes(x, dtype) for x in layers]) * share,
+        saved=_column([x.saved_bytes for x in layers]) * share,
+    )
+
+
+def _column(values: Sequence[float]) -> Floats:
+    return np.asarray(values, dtype=np.float64).reshape(len(values))
+
+
+def backward_workspace(layers: Sequence[LayerInfo], micro_batch: int, tp: int = 1) -> float:
+    """Gradients alive while one layer is differentiated: ``BACKWARD_GRAD_BUFFERS`` times the
+    largest output of ``layers`` (per TP rank: a split vocabulary head's logits are ``1/tp``,
+    :func:`hetplan.cost.tp.tp_output_share`) for ``micro_batch`` samples."""
+    biggest = max((x.out_bytes * tp_output_share(x, tp) for x in layers), default=0)
+    return float(BACKWARD_GRAD_BUFFERS * biggest * micro_batch)
+
+
+def ps_shard_scale(dtype: str, optimizer: str) -> float:
+    """Bytes a parameter-server host keeps per byte of the graph's parameter bytes it serves:
+    the fp32 weights (``weight_scale``), a gradient accumulator (``grad_scale``) and the
+    optimizer state (``OPTIMIZER_SLOTS`` fp32 slots per parameter, i.e. per
+    ``MASTER_WEIGHT_BYTES`` of weights)."""
+    state = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES / MASTER_WEIGHT_BYTES
+    return weight_scale(dtype) * (1 + state) + grad_scale(dtype)
 
 
 def stage_memory(
@@ -145,21 +254,17 @@ def stage_memory(
     input_bytes: float | None = None,
     received_bytes: float = 0.0,
 ) -> MemoryBreakdown:
-    """Peak memory of a stage holding ``layers``.
+    """Peak memory of a stage holding ``layers``: the per-layer model (:func:`layer_bytes`)
+    summed over the stage, plus the stage-level terms.
 
-    - weights = sum(param_bytes * share) * weight_scale(dtype), grads = sum(param_bytes *
-      share) * grad_scale(dtype): the graph's parameter bytes in fp32; params * 4 B of fp32
-      master weights and params * 4 B of fp32 gradients under mixed precision (``dtype``
-      bf16/fp16: autocast over fp32 parameters),
-    - optimizer = sum(params * share) * slots * 4: fp32 state slots (``OPTIMIZER_SLOTS``),
-    - cast_cache (mixed precision) = params of the layers with FLOPs * share * 2 * copies:
-      autocast's low-precision weight copies (``AUTOCAST_CAST_BYTES``), one per in-flight
-      micro-batch (one with ``recompute``),
-    - activations kept for backward = sum(saved_bytes * share) * micro_batch * in_flight;
-      with ``recompute`` only the stage input (``input_bytes`` per sample, default the first
-      layer's saved_bytes, which for conv/linear layers is their input) per in-flight
-      micro-batch plus one micro-batch's full saved bytes (the one being recomputed); in
-      the graph dtype (low precision under autocast, see docs/cost-models.md),
+    - weights, grads, optimizer: summed per layer (:class:`LayerBytes`),
+    - cast_cache (mixed precision): one autocast weight copy per in-flight micro-batch (one
+      with ``recompute``),
+    - activations kept for backward = saved * micro_batch * in_flight; with ``recompute`` only
+      the stage input (``input_bytes`` per sample, default the first layer's saved_bytes,
+      which for conv/linear layers is their input) per in-flight micro-batch plus one
+      micro-batch's full saved bytes (the one being recomputed); in the graph dtype (low
+      precision under autocast, see docs/cost-models.md),
     - stashed_weights = stashed_versions * weights (PipeDream weight stashing, fp32 masters),
     - comm_buffers = ``bucket_bytes`` (DDP's flat gradient bucket copies),
     - framework = ``framework_bytes``,
@@ -168,54 +273,34 @@ def stage_memory(
       (``received_bytes`` per sample, the graph's cut bytes) are held until each micro-batch's
       backward sends their gradients back; the part the stage's first layer saves anyway is
       already in the activations. Not with ``recompute`` (the stage input is counted there),
-    - backward_workspace = ``BACKWARD_GRAD_BUFFERS`` * max(out_bytes * output share) *
-      micro_batch.
+    - backward_workspace: :func:`backward_workspace` over the stage's layers.
 
-    ``share`` is each layer's TP share (:func:`hetplan.cost.tp.tp_share`): ``1 / tp`` for a
-    layer tensor parallelism splits (units or a vocabulary part, Megatron-style), 1 for a
-    replicated one, which every TP rank holds whole (norms outside blocks, pooling, layers
-    without units). The values crossing a cut, and a split block's output, are whole on every
-    rank (all-reduced); a split vocabulary head's logits stay sharded (the output share).
+    Each layer's TP share (``1 / tp`` for a layer tensor parallelism splits, 1 for a
+    replicated one, which every TP rank holds whole) is in :func:`layer_bytes`. The values
+    crossing a cut, and a split block's output, are whole on every rank (all-reduced); a split
+    vocabulary head's logits stay sharded (the output share).
     """
-    if optimizer not in OPTIMIZER_SLOTS:
-        raise ValueError(
-            f"unknown optimizer {optimizer!r}; expected one of {tuple(OPTIMIZER_SLOTS)}"
-        )
-    if tp < 1 or micro_batch < 0 or in_flight < 0:
-        raise ValueError(
-            f"tp ({tp}) must be >= 1; micro_batch ({micro_batch}) and in_flight ({in_flight}) >= 0"
-        )
-    share = [tp_share(layer, tp) for layer in layers]
-    param_bytes = sum(layer.param_bytes * f for layer, f in zip(layers, share, strict=True))
-    weights = param_bytes * weight_scale(dtype)
-    grads = param_bytes * grad_scale(dtype)
-    params = sum(layer.params * f for layer, f in zip(layers, share, strict=True))
-    per_param = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES
+    if micro_batch < 0 or in_flight < 0:
+        raise ValueError(f"micro_batch ({micro_batch}) and in_flight ({in_flight}) must be >= 0")
+    per = layer_bytes(layers, optimizer=optimizer, dtype=dtype, tp=tp)
+    kept = 1 if recompute else in_flight  # micro-batches whose activations are held whole
     copies = min(in_flight, 1) if recompute else in_flight
-    cast = sum(cast_cache_bytes(layer, dtype) * f for layer, f in zip(layers, share, strict=True))
-    cast *= copies
-    saved = sum(layer.saved_bytes * f for layer, f in zip(layers, share, strict=True))
+    sums = per.parts(
+        micro_batch=micro_batch, kept=kept, copies=copies, stashed_versions=stashed_versions
+    )
+    parts = {k: float(v.sum()) for k, v in sums.items()}
+    kept_in = 0.0
     if recompute and layers:
         stage_in = layers[0].saved_bytes if input_bytes is None else input_bytes
-        activations = stage_in * micro_batch * in_flight + saved * micro_batch
-    else:
-        activations = saved * micro_batch * in_flight
-    kept_in = 0.0
-    if layers and not recompute:
+        parts["activations"] += stage_in * micro_batch * in_flight
+    elif layers:
         extra = max(received_bytes - layers[0].saved_input_bytes, 0.0)
         kept_in = extra * micro_batch * in_flight
-    biggest_out = max((x.out_bytes * tp_output_share(x, tp) for x in layers), default=0)
-    parts = {
-        "weights": weights,
-        "grads": grads,
-        "optimizer": params * per_param,
-        "cast_cache": cast,
-        "activations": float(activations),
-        "stashed_weights": stashed_versions * weights,
+    parts |= {
         "comm_buffers": float(bucket_bytes),
         "framework": float(framework_bytes),
         "stage_inputs": float(kept_in),
-        "backward_workspace": float(BACKWARD_GRAD_BUFFERS * biggest_out * micro_batch),
+        "backward_workspace": backward_workspace(layers, micro_batch, tp),
     }
     return MemoryBreakdown(**parts, total=sum(parts.values()))
 
@@ -235,7 +320,7 @@ def in_flight_microbatches(strategy: str, stage: int, num_stages: int, micro_bat
         raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
     if not 0 <= stage < max(num_stages, 1):
         raise ValueError(f"stage {stage} out of range for {num_stages} stages")
-    if strategy in ("dp", "ps"):
+    if strategy in ONE_STAGE:
         return 1
     if strategy == "gpipe":
         return micro_batches
@@ -248,3 +333,56 @@ def stashed_weight_versions(stage: int, num_stages: int) -> int:
     """Extra weight versions stage ``stage`` stashes in asynchronous PipeDream:
     ``num_stages - stage - 1`` (one per micro-batch in flight beyond the current one)."""
     return max(num_stages - stage - 1, 0)
+
+
+def optimizer_step_s(
+    compute: ComputeModel,
+    graph: ModelGraph,
+    device: Device,
+    layers: Sequence[LayerInfo],
+    optimizer: str,
+    tp: int = 1,
+) -> float:
+    """One optimizer step over ``layers`` on ``device``, one TP rank of degree ``tp`` (its
+    TP share of the parameters): the compute model's measured step when it has one (scaled
+    by :data:`OPTIMIZER_BYTES_PER_PARAM` when the profile timed another optimizer), else the
+    roofline's memory term over those bytes (an elementwise update: a few FLOPs per
+    parameter, far below the bytes' time; foreach kernels: a handful of launches)."""
+    share = [tp_share(x, tp) for x in layers]
+    total = sum(x.params for x in layers)
+    params = sum(x.params * f for x, f in zip(layers, share, strict=True))
+    names = [x.name for x in layers]
+    measured = _measured_optimizer_s(compute, graph, device, names, optimizer)
+    if measured is not None:
+        return measured * (params / total if total else 1.0)  # this rank's part
+    t = device.type
+    step = roofline_time(
+        0.0,
+        params * OPTIMIZER_BYTES_PER_PARAM[optimizer],
+        0.0,
+        peak_flops=t.flops("fp32"),
+        memory_bandwidth=t.memory_bandwidth,
+        compute_efficiency=t.compute_efficiency,
+        memory_efficiency=t.memory_efficiency,
+        kernel_overhead_s=t.kernel_overhead_s,
+    )
+    return step / device.speed
+
+
+def _measured_optimizer_s(
+    compute: ComputeModel, graph: ModelGraph, dev: Device, names: list[str], optimizer: str
+) -> float | None:
+    """The profile's measured optimizer step for these layers (``MeasuredCompute``), scaled
+    by the bytes-per-parameter ratio when the profile timed another optimizer; None when the
+    compute model has no measurement for the device."""
+    measure = getattr(compute, "optimizer_s", None)
+    which = getattr(compute, "profiled_optimizer", None)
+    if measure is None or which is None:
+        return None
+    timed = which(graph, dev)
+    if timed not in OPTIMIZER_BYTES_PER_PARAM or optimizer not in OPTIMIZER_BYTES_PER_PARAM:
+        return None  # no profile, or one taken without an optimizer step
+    t = measure(graph, dev, names)
+    if t is None:
+        return None
+    return float(t) * OPTIMIZER_BYTES_PER_PARAM[optimizer] / OPTIMIZER_BYTES_PER_PARAM[timed]

@@ -40,19 +40,19 @@ from dataclasses import dataclass
 
 from hetplan.cluster.spec import Cluster
 from hetplan.cost.comm_collectives import allreduce_time
-from hetplan.cost.dtypes import DTYPE_BYTES
 from hetplan.graph.types import LayerInfo
+from hetplan.planspec.dtypes import DTYPE_BYTES, FP32_BYTES
 
 UNIT_FWD_ALLREDUCES = 1  # all-reduces per unit per forward: its output (Megatron g; Q4)
 UNIT_BWD_ALLREDUCES = 1  # all-reduces per unit per backward: its input gradient (Megatron f; Q4)
 EMBEDDING_FWD_ALLREDUCES = 1  # all-reduces of the vocabulary-split embedding's output (Q4)
 EMBEDDING_BWD_ALLREDUCES = 0  # its weight gradient is a local slice: no comm (Q4)
 LOSS_PARALLEL_ALLREDUCES = 3  # forward all-reduces of loss_parallel: max, sum-exp, target (Q4)
-LOSS_PARALLEL_BYTES_PER_TOKEN = 4  # bytes: one fp32 value per token each (Q4: (b*s, 1) fp32)
+LOSS_PARALLEL_BYTES_PER_TOKEN = FP32_BYTES  # bytes: one fp32 value per token each (Q4: (b*s, 1))
 HEAD_BWD_ALLREDUCES = 1  # all-reduces of the vocabulary-split head's input gradient (Q4)
-# Bytes per element of the embedding's output and of every backward all-reduce: fp32 in fp32
-# training and under autocast alike (hetplan's bf16/fp16 train over fp32 weights; Q4).
-FP32_BYTES = 4
+# Bytes per element of the embedding's output and of every backward all-reduce: FP32_BYTES
+# (planspec.dtypes), in fp32 training and under autocast alike (bf16/fp16 train over fp32
+# weights; Q4).
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +115,28 @@ def tp_comm_time(
     traffic = tp_traffic(layer, micro_batch, dtype, len(devices))
     fwd = sum(allreduce_time(b, devices, cluster) for b in traffic.fwd)
     bwd = sum(allreduce_time(b, devices, cluster) for b in traffic.bwd)
+    return fwd, bwd
+
+
+def tp_comm_times(
+    layers: Sequence[LayerInfo],
+    micro_batch: int,
+    dtype: str,
+    devices: Sequence[str],
+    cluster: Cluster,
+) -> tuple[list[float], list[float]]:
+    """Per layer of ``layers``, (forward s, backward s) of :func:`tp_comm_time`: what the
+    screening (``plan.pricing``) and the prediction (``predict.price``) both add to a TP
+    group's layer times. Identical blocks are priced once (:func:`tp_layer_key`)."""
+    memo: dict[tuple[int, str, int, int, int], tuple[float, float]] = {}
+    fwd: list[float] = []
+    bwd: list[float] = []
+    for layer in layers:
+        key = tp_layer_key(layer)
+        if key not in memo:
+            memo[key] = tp_comm_time(layer, micro_batch, dtype, devices, cluster)
+        fwd.append(memo[key][0])
+        bwd.append(memo[key][1])
     return fwd, bwd
 
 

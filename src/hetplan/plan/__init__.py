@@ -1,5 +1,5 @@
-"""Plans: the plan data type, and the search for the best plan."""
+"""Plans: the search for the best plan (the plan data type is :mod:`hetplan.planspec`)."""
 
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec.plan import ModelRef, PipelinePlan, Plan, StagePlan
 
 __all__ = ["ModelRef", "PipelinePlan", "Plan", "StagePlan"]

@@ -1,27 +1,36 @@
 """Candidate plans per strategy family, each with a quick screening estimate.
 
-The estimate is a closed form over the partitioner's stage times (fill + drain + steady state,
-plus an allreduce term), cheap enough to screen every device subset; the search then refines
-the micro-batch count of the best and runs the event-driven simulator on the best few of each
-family. Estimates never decide the final ranking.
+The estimate is a closed form over the partitioner's stage times (``plan.closed_form``: fill,
+steady state, drain and the optimizer steps, plus an allreduce term), cheap enough to screen
+every device subset; the search then refines the micro-batch count of the best and runs the
+event-driven simulator on the best few of each family. Estimates never decide the final
+ranking; ``tests/plan/test_screen_vs_simulator.py`` bounds how far they are from it.
 """
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from hetplan.cost.comm import allreduce_time, ps_sync_time
-from hetplan.cost.memory import framework_overhead_bytes, grad_scale, grad_tensor_bytes, is_gpu
-from hetplan.cost.tp import tp_share
+from hetplan.cost.memory import (
+    framework_overhead_bytes,
+    is_gpu,
+    tp_grad_tensor_bytes,
+)
 from hetplan.graph.types import ModelGraph
+from hetplan.plan.closed_form import asynchronous_s, flushed_s
 from hetplan.plan.context import Candidate, Context
-from hetplan.plan.devices import group_balanced, groups_by_node, pipeline_orders, split_batch
+from hetplan.plan.devices import group_balanced, groups_by_node, pipeline_orders
 from hetplan.plan.partition import Partition, PartitionInfeasible, equal_split
-from hetplan.plan.replicas import DpEstimate, dp_estimate, expand
-from hetplan.plan.slots import partition_for
+from hetplan.plan.replicas import DpEstimate, dp_estimate, expand, exposed_sync
+from hetplan.plan.slots import partition_costs, partition_for, stage_costs
 from hetplan.plan.tp import SEP, members
-from hetplan.plan.types import PipelinePlan, Plan, StagePlan, Strategy
+from hetplan.planspec.batch import micro_batch_size, split_batch
+from hetplan.planspec.plan import PipelinePlan, Plan, StagePlan
+from hetplan.planspec.strategies import Strategy
 from hetplan.units import plural
 
 MICROBATCH_FACTORS = (1, 2, 4)
@@ -40,10 +49,10 @@ MAX_PIPELINE_STAGES = 32
 
 def grad_bytes(graph: ModelGraph, start: int = 0, end: int | None = None, tp: int = 1) -> float:
     """Gradient bytes of layers ``start:end`` as one TP rank of ``tp`` all-reduces them (fp32
-    under mixed precision; its shard of split layers, replicated layers whole)."""
-    layers = graph.layers[start:end]
-    param_bytes = sum(layer.param_bytes * tp_share(layer, tp) for layer in layers)
-    return float(param_bytes * grad_scale(graph.dtype))
+    under mixed precision; its shard of split layers, replicated layers whole): what the DDP
+    buckets of a hybrid's stage sync carry (``cost.memory.tp_grad_tensor_bytes``)."""
+    tensors = tp_grad_tensor_bytes(graph.layers[start:end], graph.dtype, tp)
+    return float(sum(sum(sizes) for sizes in tensors))
 
 
 def dp_candidate(ctx: Context, devices: Sequence[str], *, equal: bool = False) -> Candidate | None:
@@ -118,19 +127,22 @@ def dp_from_estimate(
 def ps_candidate(ctx: Context, devices: Sequence[str], dp: Candidate) -> Candidate:
     """Synchronous parameter server, one shard per worker (co-located, balanced by size), on
     the data-parallel candidate's batches. Screening estimate: the slowest worker's compute,
-    then the push and pull of every shard (``cost.comm.ps_sync_time``, not overlapped)."""
+    then the push and pull of every shard (``cost.comm.ps_sync_time``, not overlapped), then
+    the optimizer step (the simulator's worker step after its pull)."""
     m = dp.plan.micro_batches
     busy = {
-        d: m * ctx.pricing.step_time(d, math.ceil(p.batch / m))
+        d: m * ctx.pricing.step_time(d, micro_batch_size(p.batch, m))
         for d, p in zip(devices, dp.plan.pipelines, strict=True)
     }
     sync = ps_sync_time(
-        [b for sizes in grad_tensor_bytes(ctx.graph.layers, ctx.graph.dtype) for b in sizes],
+        [b for sizes in tp_grad_tensor_bytes(ctx.graph.layers, ctx.graph.dtype) for b in sizes],
         list(devices),
         list(devices),
         ctx.pricing.cluster,
         policy="size",
     ).sync_s
+    layers = len(ctx.graph.layers)
+    step = max(ctx.pricing.optimizer_s(d, 0, layers, ctx.optimizer) for d in devices)
 
     def build() -> Plan:
         return ctx.plan(
@@ -142,7 +154,7 @@ def ps_candidate(ctx: Context, devices: Sequence[str], dp: Candidate) -> Candida
         )
 
     label = f"ps x{len(devices)} co-located shards"
-    estimate = ctx.metrics(max(busy.values()) + sync, busy)
+    estimate = ctx.metrics(max(busy.values()) + sync + step, busy)
     return Candidate(family="ps", label=label, build=build, estimate=estimate)
 
 
@@ -198,7 +210,7 @@ def pipeline_at(
     if strategy == "hybrid":
         return _hybrid_at(ctx, slots, m)
     order = slots[0]
-    micro = math.ceil(ctx.batch / m)
+    micro = micro_batch_size(ctx.batch, m)
     recompute = False
     try:
         part = partition_for(ctx, (slots, (micro,)), strategy, m)
@@ -209,10 +221,11 @@ def pipeline_at(
             return None
         recompute = True
     redo = RECOMPUTE_FACTOR if recompute else 1.0
+    costs = partition_costs(ctx, (slots, (micro,)), part)
     if strategy == "pipedream":
-        time_s = m * part.bottleneck * redo  # asynchronous: no flush, steady state
+        time_s = asynchronous_s(costs, m) * redo  # asynchronous: no flush, steady state
     else:
-        time_s = (part.total_time + (m - 1) * part.bottleneck) * redo
+        time_s = flushed_s(costs, m, strategy) * redo
     busy = {order[s]: c * m * redo for s, c in zip(part.slots, part.compute_times, strict=True)}
     plan = ctx.plan(
         strategy,
@@ -254,20 +267,17 @@ def equal_pipeline(ctx: Context, devices: Sequence[str]) -> Candidate:
     bounds = equal_split(len(names), n)
     stages = [StagePlan(layers=names[i:j], devices=[devices[k]]) for k, (i, j) in enumerate(bounds)]
     busy = {}
-    slowest = 0.0
     fits = True
     layer_mem = ctx.pricing.layer_mem(micro, m, ctx.optimizer)
+    costs = stage_costs(ctx, [(devices[:n], micro)], bounds)
     for k, (i, j) in enumerate(bounds):
-        fwd, bwd = ctx.pricing.layers(devices[k], micro)
-        t = float(fwd[i:j].sum() + bwd[i:j].sum())
-        busy[devices[k]] = t * m
-        slowest = max(slowest, t)
+        busy[devices[k]] = (costs.fwd[k] + costs.bwd[k]) * m
         dtype = ctx.pricing.device_type(devices[k])
         need = framework_overhead_bytes(is_gpu(dtype)) + float(layer_mem[i:j].sum())
         need += ctx.pricing.workspace(micro)
         fits = fits and need <= dtype.memory_bytes
     redo = 1.0 if fits else RECOMPUTE_FACTOR
-    time_s = (sum(v / m for v in busy.values()) + (m - 1) * slowest) * redo
+    time_s = flushed_s(costs, m, "gpipe") * redo
     plan = ctx.plan(
         "gpipe",
         [PipelinePlan(stages=stages, batch=ctx.batch)],
@@ -320,20 +330,14 @@ def _hybrid_at(ctx: Context, slots: tuple[tuple[str, ...], ...], m: int) -> Cand
     shares = _hybrid_shares(ctx, slots, m)
     if m > min(shares):
         return None
-    micro = tuple(math.ceil(b / m) for b in shares)
+    micro = tuple(micro_batch_size(b, m) for b in shares)
     try:
         part = partition_for(ctx, (slots, micro), "hybrid", m)
     except PartitionInfeasible:
         return None
-    pipe_time = part.total_time + (m - 1) * part.bottleneck
-    sync = max(
-        allreduce_time(
-            grad_bytes(ctx.graph, i, j, len(members(slots[0][s]))),
-            [members(g[s])[0] for g in slots],
-            ctx.pricing.cluster,
-        )
-        for (i, j), s in zip(part.stages, part.slots, strict=True)
-    )
+    costs = partition_costs(ctx, (slots, micro), part)
+    costs = dataclasses.replace(costs, sync=_hybrid_syncs(ctx, slots, micro, part))
+    pipe_time = flushed_s(costs, m, "1f1b")
     busy = {g[s]: c * m for g in slots for s, c in zip(part.slots, part.compute_times, strict=True)}
     pipes = [
         PipelinePlan(stages=_stages(ctx, part, g), batch=b)
@@ -343,9 +347,28 @@ def _hybrid_at(ctx: Context, slots: tuple[tuple[str, ...], ...], m: int) -> Cand
         family="hybrid",
         label=f"hybrid {len(slots)} x {_shape_label(part.num_stages, m)}",
         build=lambda: ctx.plan("hybrid", pipes, micro_batches=m),
-        estimate=ctx.metrics(pipe_time + sync, busy),
+        estimate=ctx.metrics(pipe_time, busy),
         slots=slots,
     )
+
+
+def _hybrid_syncs(
+    ctx: Context, slots: tuple[tuple[str, ...], ...], micro: tuple[int, ...], part: Partition
+) -> tuple[float, ...]:
+    """Per stage, its gradient all-reduce across the replicas (one per TP rank, at once) left
+    after the slowest replica's last backward (``replicas.exposed_sync``)."""
+    out = []
+    for (i, j), s in zip(part.stages, part.slots, strict=True):
+        bwd = np.max(
+            [ctx.pricing.layers(g[s], b)[1][i:j] for g, b in zip(slots, micro, strict=True)], axis=0
+        )
+        ring = [members(g[s])[0] for g in slots]
+
+        def allreduce(nbytes: float, ring: list[str] = ring) -> float:
+            return allreduce_time(nbytes, ring, ctx.pricing.cluster)
+
+        out.append(exposed_sync(ctx, list(bwd), len(members(slots[0][s])), i, j, allreduce))
+    return tuple(out)
 
 
 def _micro(m: int) -> str:

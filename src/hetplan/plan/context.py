@@ -13,7 +13,8 @@ from hetplan.plan.objective import Metrics
 from hetplan.plan.partition import Partition
 from hetplan.plan.pricing import Pricing
 from hetplan.plan.tp import members
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, Strategy
+from hetplan.planspec.plan import ModelRef, PipelinePlan, Plan
+from hetplan.planspec.strategies import Strategy
 
 SlotKey = tuple[tuple[tuple[str, ...], ...], tuple[int, ...]]
 """(devices of every slot per replica, micro-batch size per replica)."""
@@ -52,8 +53,8 @@ class Context:
     cluster_name: str | None = None
     partitions: dict[SlotKey, Partition] = field(default_factory=dict)
     """Partitions without memory limits, per slot key."""
-    buckets: dict[int, list[GradBucket]] = field(default_factory=dict)
-    """DDP gradient buckets per TP degree."""
+    buckets: dict[tuple[int, int, int], list[GradBucket]] = field(default_factory=dict)
+    """DDP gradient buckets per (TP degree, first layer, end layer)."""
 
     @property
     def layer_names(self) -> list[str]:

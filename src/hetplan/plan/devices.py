@@ -10,6 +10,9 @@ from collections.abc import Mapping, Sequence
 
 from hetplan.cluster.spec import Cluster
 from hetplan.plan.tp import members
+from hetplan.planspec.batch import split_batch
+
+__all__ = ["group_balanced", "groups_by_node", "pipeline_orders", "split_batch"]
 
 
 def pipeline_orders(
@@ -66,19 +69,3 @@ def groups_by_node(cluster: Cluster, devices: Sequence[str]) -> list[list[str]]:
     for d in devices:
         by_node.setdefault(cluster.device(members(d)[0]).node, []).append(d)
     return list(by_node.values())
-
-
-def split_batch(batch: int, weights: Sequence[float], floor: int = 1) -> list[int]:
-    """Integer shares of ``batch`` proportional to ``weights`` (largest remainder), each
-    >= ``floor``; ValueError when ``batch`` cannot give every replica its floor."""
-    n = len(weights)
-    if batch < floor * n:
-        raise ValueError(f"batch {batch} cannot give each of the {n} replicas {floor} samples")
-    total = sum(weights)
-    exact = [(batch - floor * n) * w / total for w in weights]
-    shares = [floor + int(x) for x in exact]
-    rest = batch - sum(shares)
-    by_remainder = sorted(range(n), key=lambda i: -(exact[i] - int(exact[i])))
-    for i in by_remainder[:rest]:
-        shares[i] += 1
-    return shares

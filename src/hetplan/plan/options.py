@@ -8,12 +8,14 @@ from typing import Protocol
 
 from hetplan.errors import InputError
 from hetplan.plan.objective import Limits, Objective
-from hetplan.plan.types import MAX_BATCH
+from hetplan.planspec.plan import MAX_BATCH
+from hetplan.planspec.strategies import RUNNABLE, STRATEGIES
 
-FAMILIES = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
-RUNNABLE = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
-"""Families ``hetplan train`` executes; dp, gpipe, 1f1b and hybrid also with tensor
-parallelism inside their stages (``search.unrunnable``)."""
+FAMILIES: tuple[str, ...] = STRATEGIES
+"""Families the search screens: every strategy. :data:`RUNNABLE` (re-exported from
+:mod:`hetplan.planspec.strategies`): those ``hetplan train`` executes."""
+
+__all__ = ["FAMILIES", "RUNNABLE", "Budget", "Progress", "SearchOptions", "check_batch"]
 
 
 def check_batch(batch: int, option: str = "--batch") -> None:

@@ -8,15 +8,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hetplan.cluster.spec import Cluster, DeviceType, Link
-from hetplan.cost.memory import (
-    BACKWARD_GRAD_BUFFERS,
-    OPTIMIZER_SLOTS,
-    OPTIMIZER_STATE_BYTES,
-    cast_cache_bytes,
-    grad_scale,
-    weight_scale,
-)
-from hetplan.cost.tp import tp_comm_time, tp_layer_key, tp_output_share, tp_share
+from hetplan.cost.comm import p2p_time
+from hetplan.cost.memory import LayerBytes, backward_workspace, layer_bytes, optimizer_step_s
+from hetplan.cost.tp import tp_comm_times, tp_share
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.classes import symmetry
@@ -33,11 +27,12 @@ class Pricing:
     cluster: Cluster
     compute: ComputeModel
     _cache: dict[tuple[str, float, int], tuple[Floats, Floats]] = field(default_factory=dict)
-    _mem_base: tuple[Floats, Floats, Floats, Floats, Floats] | None = None
+    _mem: dict[tuple[str, int], LayerBytes] = field(default_factory=dict)
     _shares: dict[int, Floats] = field(default_factory=dict)
     _shapes: dict[str, int] | None = None
     _kinds: dict[str, tuple[tuple[object, ...], str]] = field(default_factory=dict)
     _steps: dict[tuple[str, int], float] = field(default_factory=dict)
+    _opt: dict[tuple[object, ...], float] = field(default_factory=dict)
 
     def layers(self, device_id: str, batch: int) -> tuple[Floats, Floats]:
         """Forward and backward seconds of every layer on ``device_id`` (a device or a TP
@@ -70,15 +65,11 @@ class Pricing:
         share = self.tp_shares(tp)
         fwd = np.max([self.layers(d, batch)[0] for d in ids], axis=0) * share
         bwd = np.max([self.layers(d, batch)[1] for d in ids], axis=0) * share
-        memo: dict[tuple[int, str, int, int, int], tuple[float, float]] = {}
-        for k, layer in enumerate(self.graph.layers):
-            if share[k] == 1.0:
-                continue
-            lk = tp_layer_key(layer)
-            if lk not in memo:
-                memo[lk] = tp_comm_time(layer, batch, self.graph.dtype, ids, self.cluster)
-            fwd[k] += memo[lk][0]
-            bwd[k] += memo[lk][1]
+        fwd_comm, bwd_comm = tp_comm_times(
+            self.graph.layers, batch, self.graph.dtype, ids, self.cluster
+        )
+        fwd += np.asarray(fwd_comm)
+        bwd += np.asarray(bwd_comm)
         self._cache[key] = (fwd, bwd)
         return fwd, bwd
 
@@ -119,6 +110,30 @@ class Pricing:
         stands for them."""
         return self.cluster.link(members(a)[0], members(b)[0])
 
+    def cut_s(self, a: str, b: str, last: int, batch: int) -> float:
+        """One direction of the values after layer ``last`` for ``batch`` samples from slot
+        ``a`` to slot ``b``, as ``predict`` prices a cut (``cost.comm.p2p_time``)."""
+        cuts = self.graph.cut_bytes
+        nbytes = float(cuts[last] * batch) if last < len(cuts) else 0.0
+        return p2p_time(nbytes, self.link(a, b))
+
+    def optimizer_s(self, slot: str, start: int, end: int, optimizer: str) -> float:
+        """The optimizer step of layers ``start:end`` on ``slot`` (each member of a TP group
+        its share; the slowest counts), as ``predict`` prices it
+        (``cost.memory.optimizer_step_s``)."""
+        ids = members(slot)
+        out = 0.0
+        for d in ids:
+            dev = self.cluster.device(d)
+            key = (dev.type.name, dev.speed, start, end, len(ids), optimizer)
+            hit = self._opt.get(key)
+            if hit is None:
+                layers = self.graph.layers[start:end]
+                hit = optimizer_step_s(self.compute, self.graph, dev, layers, optimizer, len(ids))
+                self._opt[key] = hit
+            out = max(out, hit)
+        return out
+
     def step_time(self, device_id: str, batch: int) -> float:
         """Forward + backward seconds of the whole model for ``batch`` samples."""
         key = (device_id, batch)
@@ -133,15 +148,10 @@ class Pricing:
         return batch / self.step_time(device_id, batch)
 
     def workspace(self, batch: int, tp: int = 1) -> float:
-        """Predict's stage-level backward workspace (``cost.memory.BACKWARD_GRAD_BUFFERS``
-        activation gradients of one micro-batch of ``batch`` samples), bounded here by the
-        model's largest layer output (the screening does not know the stage yet); per TP rank,
-        a split vocabulary head's logits are ``1/tp`` (``cost.tp.tp_output_share``)."""
-        biggest = max(
-            (layer.out_bytes * tp_output_share(layer, tp) for layer in self.graph.layers),
-            default=0,
-        )
-        return float(BACKWARD_GRAD_BUFFERS * biggest * batch)
+        """Predict's stage-level backward workspace (``cost.memory.backward_workspace``) for
+        one micro-batch of ``batch`` samples, bounded here by the model's largest layer output
+        (the screening does not know the stage yet)."""
+        return backward_workspace(self.graph.layers, batch, tp)
 
     def layer_mem(
         self,
@@ -152,27 +162,22 @@ class Pricing:
         synced: bool = False,
         tp: int = 1,
     ) -> Floats:
-        """Bytes per layer as ``cost.memory.stage_memory`` counts them, without the per-device
-        framework allowance: weights, gradients, optimizer state, stashed weight versions,
-        and per each of ``in_flight`` micro-batches of ``batch`` samples, its activations and
-        autocast's weight copies (weights, gradients and state in fp32 under mixed precision;
-        with recomputation the caller passes the one micro-batch kept whole);
-        ``synced``: plus DDP's flat gradient buckets, a second copy of the gradients; ``tp``:
-        per member of a TP group (the layers tensor parallelism splits divided by tp, the
-        replicated ones whole: ``cost.tp.tp_share``)."""
-        if self._mem_base is None:
+        """Bytes per layer as ``cost.memory.stage_memory`` counts them (its per-layer model,
+        ``cost.memory.layer_bytes``), without the stage-level terms (framework allowance,
+        kept stage inputs, workspace): weights, gradients, optimizer state, ``stashed``
+        weight versions and, per each of ``in_flight`` micro-batches of ``batch`` samples,
+        its activations and autocast's weight copies (with recomputation the caller passes
+        the one micro-batch kept whole); ``synced``: plus DDP's flat gradient buckets, a
+        second copy of the gradients; ``tp``: per member of a TP group."""
+        key = (optimizer, tp)
+        per = self._mem.get(key)
+        if per is None:
             dtype = self.graph.dtype
-            layers = self.graph.layers
-            param_bytes = np.array([layer.param_bytes for layer in layers], dtype=np.float64)
-            self._mem_base = (
-                param_bytes * weight_scale(dtype),
-                param_bytes * grad_scale(dtype),
-                np.array([layer.params for layer in layers], dtype=np.float64),
-                np.array([cast_cache_bytes(layer, dtype) for layer in layers], dtype=np.float64),
-                np.array([layer.saved_bytes for layer in layers], dtype=np.float64),
+            per = self._mem[key] = layer_bytes(
+                self.graph.layers, optimizer=optimizer, dtype=dtype, tp=tp
             )
-        weights, grads, params, cast, saved = self._mem_base
-        per_param = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES
-        held = weights * (1 + stashed) + grads * (1 + int(synced)) + params * per_param
-        share = self.tp_shares(tp) if tp > 1 else 1.0
-        return (held + cast * in_flight + saved * (batch * in_flight)) * share
+        parts = per.parts(
+            micro_batch=batch, kept=in_flight, copies=in_flight, stashed_versions=stashed
+        )
+        total: Floats = sum(parts.values(), np.zeros(len(self.graph.layers)))
+        return total + per.grads if synced else total

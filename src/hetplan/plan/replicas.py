@@ -8,15 +8,15 @@ concrete ``candidates.dp_candidate`` groups its devices and calls the same code.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hetplan.cost.comm import ddp_buckets, overlapped_allreduce_exposed
-from hetplan.cost.memory import framework_overhead_bytes, grad_tensor_bytes, is_gpu
+from hetplan.cost.memory import framework_overhead_bytes, is_gpu, tp_grad_tensor_bytes
 from hetplan.plan.context import Context
 from hetplan.plan.objective import Metrics
 from hetplan.plan.tp import members
+from hetplan.planspec.batch import micro_batch_size
 
 Share = tuple[int, int]
 """``(samples, replicas with one more)``: a group's batch shares differ by at most one."""
@@ -34,7 +34,7 @@ class DpEstimate:
 
 
 def split_groups(batch: int, weights: Sequence[float], counts: Sequence[int]) -> list[Share]:
-    """``plan.devices.split_batch`` (floor 1, largest remainder) for ``counts[g]`` replicas of
+    """``planspec.batch.split_batch`` (floor 1, largest remainder) for ``counts[g]`` replicas of
     weight ``weights[g]``: equal weights get equal exact shares and remainders, so a group's
     extra samples go to its first replicas; ties between groups go to the earlier group."""
     n = sum(counts)
@@ -66,7 +66,8 @@ def dp_estimate(
 ) -> DpEstimate | None:
     """Data parallel over ``counts[g]`` replicas like slot ``slots[g]``: the batch split by
     speed (or equally), the fewest accumulation steps that fit (None if none), the slowest
-    replica's compute plus the allreduce its backward does not hide (DDP buckets)."""
+    replica's compute plus the allreduce its backward does not hide (DDP buckets), plus the
+    slowest optimizer step."""
     n = sum(counts)
     ref = max(1, ctx.batch // n)
     weights = [1.0] * len(slots) if equal else [ctx.pricing.speed(s, ref) for s in slots]
@@ -80,14 +81,17 @@ def dp_estimate(
         for b, k in ((lo, c - hi), (lo + 1, hi)):
             if k == 0:
                 continue
-            busy = m * ctx.pricing.step_time(slot, math.ceil(b / m))
+            busy = m * ctx.pricing.step_time(slot, micro_batch_size(b, m))
             rows.append((slot, k, busy))
             if busy > worst:
                 slowest, slowest_b, worst = slot, b, busy
-    exposed = _exposed(ctx, slowest, slowest_b, allreduce) if n > 1 else 0.0
-    return DpEstimate(
-        micro_batches=m, shares=shares, metrics=ctx.metrics_counts(worst + exposed, rows)
-    )
+    # The buckets overlap the backward of the last micro-batch only (DDP syncs once per step).
+    last = micro_batch_size(slowest_b, m)
+    exposed = _exposed(ctx, slowest, last, allreduce) if n > 1 else 0.0
+    layers = len(ctx.graph.layers)
+    step = max(ctx.pricing.optimizer_s(s, 0, layers, ctx.optimizer) for s in slots)
+    time_s = worst + exposed + step  # every replica steps once the all-reduce is done
+    return DpEstimate(micro_batches=m, shares=shares, metrics=ctx.metrics_counts(time_s, rows))
 
 
 def _accumulation(
@@ -113,7 +117,7 @@ def _accumulation(
 def _fits(ctx: Context, slot: str, batch: int, m: int, synced: bool) -> bool:
     dtype = ctx.pricing.device_type(slot)
     tp = len(members(slot))
-    micro = math.ceil(batch / m)
+    micro = micro_batch_size(batch, m)
     layers = ctx.pricing.layer_mem(micro, 1, ctx.optimizer, synced=synced, tp=tp)
     need = framework_overhead_bytes(is_gpu(dtype)) + float(layers.sum())
     need += ctx.pricing.workspace(micro, tp)
@@ -123,16 +127,26 @@ def _fits(ctx: Context, slot: str, batch: int, m: int, synced: bool) -> bool:
 def _exposed(ctx: Context, slowest: str, batch: int, allreduce: Callable[[float], float]) -> float:
     """Gradient allreduce left after the slowest replica's backward (DDP buckets, overlap)."""
     _, bwd = ctx.pricing.layers(slowest, batch)
-    tp = len(members(slowest))
-    buckets = ctx.buckets.get(tp)
+    return exposed_sync(ctx, list(bwd), len(members(slowest)), 0, len(bwd), allreduce)
+
+
+def exposed_sync(
+    ctx: Context,
+    bwd: Sequence[float],
+    tp: int,
+    start: int,
+    end: int,
+    allreduce: Callable[[float], float],
+) -> float:
+    """The all-reduce of the gradients of layers ``start:end`` in DDP's buckets, one TP rank
+    of degree ``tp``'s (its shard of a split layer, a replicated layer whole), left after
+    their backward ``bwd`` (per layer) ends: each bucket starts when its last layer's backward
+    is done (``cost.comm.overlapped_allreduce_exposed``), as the simulator runs them."""
+    key = (tp, start, end)
+    buckets = ctx.buckets.get(key)
     if buckets is None:
-        share = ctx.pricing.tp_shares(tp)
-        tensors = grad_tensor_bytes(ctx.graph.layers, ctx.graph.dtype)
-        # A TP rank syncs its shard of a split layer's gradients, a replicated layer's whole.
-        buckets = ddp_buckets(
-            [[int(b * f) for b in t] for t, f in zip(tensors, share, strict=True)]
-        )
-        ctx.buckets[tp] = buckets
+        layers = ctx.graph.layers[start:end]
+        buckets = ctx.buckets[key] = ddp_buckets(tp_grad_tensor_bytes(layers, ctx.graph.dtype, tp))
     memo: dict[float, float] = {}
 
     def cached(nbytes: float) -> float:

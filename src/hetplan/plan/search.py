@@ -29,7 +29,8 @@ from hetplan.plan.options import RUNNABLE, Budget, Progress, SearchOptions
 from hetplan.plan.pricing import Pricing
 from hetplan.plan.screen import screen
 from hetplan.plan.staleness import is_asynchronous
-from hetplan.plan.types import ModelRef, Plan
+from hetplan.planspec.plan import ModelRef, Plan
+from hetplan.planspec.strategies import TP_RUNNABLE
 from hetplan.predict import Prediction, predict
 from hetplan.serde import to_data
 
@@ -175,7 +176,7 @@ def _final_list(pool: Sequence[Candidate], objective: Objective) -> list[Candida
     scores = dict(zip(map(id, pool), objective.scores([c.estimate for c in pool]), strict=True))
     best = min(scores.values())
     out = []
-    for fam in {c.family for c in pool}:
+    for fam in dict.fromkeys(c.family for c in pool):  # not a set: same order every run
         members = sorted((c for c in pool if c.family == fam), key=lambda c: scores[id(c)])
         close = scores[id(members[0])] <= CLOSE_FAMILY_RATIO * best
         out.extend(members[: SIMULATED_PER_FAMILY if close else 1])
@@ -285,7 +286,7 @@ def unrunnable(plan: Plan) -> str | None:
         return f"{plan.strategy} is not executable yet"
     if plan.model.dtype == "fp16" and is_asynchronous(plan):
         return f"{plan.strategy} with fp16 loss scaling is not executable (no common step)"
-    if plan.tp != 1 and (plan.strategy in ("ps", "pipedream") or plan.sync == "wsp"):
+    if plan.tp != 1 and (plan.strategy not in TP_RUNNABLE or plan.sync == "wsp"):
         return f"{plan.strategy} with tensor parallelism (tp {plan.tp}) is not executable yet"
     if plan.strategy != "dp":
         for pipe in plan.pipelines:

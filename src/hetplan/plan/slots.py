@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -13,6 +14,7 @@ from hetplan.cost.memory import (
     is_gpu,
     stashed_weight_versions,
 )
+from hetplan.plan.closed_form import StageCosts
 from hetplan.plan.context import Context, SlotKey
 from hetplan.plan.partition import Partition, partition_fast
 from hetplan.plan.tp import members
@@ -44,6 +46,34 @@ def slot_times(ctx: Context, key: SlotKey) -> Floats:
             fwd, bwd = ctx.pricing.layers(d, micro[v])
             np.maximum(times[s], fwd + bwd, out=times[s])
     return times
+
+
+def stage_costs(
+    ctx: Context,
+    replicas: Sequence[tuple[Sequence[str], int]],
+    ranges: Sequence[tuple[int, int]],
+) -> StageCosts:
+    """The closed forms' inputs (``plan.closed_form``) for stages ``ranges`` (half-open layer
+    ranges) placed, per replica, on the given slots with that replica's micro-batch size: the
+    slowest replica's forward, backward, cut and optimizer step per stage."""
+    n = len(ranges)
+    fwd, bwd, cut, opt = [0.0] * n, [0.0] * n, [0.0] * max(n - 1, 0), [0.0] * n
+    for slots, micro in replicas:
+        for k, ((i, j), slot) in enumerate(zip(ranges, slots, strict=True)):
+            f, b = ctx.pricing.layers(slot, micro)
+            fwd[k] = max(fwd[k], float(f[i:j].sum()))
+            bwd[k] = max(bwd[k], float(b[i:j].sum()))
+            opt[k] = max(opt[k], ctx.pricing.optimizer_s(slot, i, j, ctx.optimizer))
+            if k + 1 < n:
+                cut[k] = max(cut[k], ctx.pricing.cut_s(slot, slots[k + 1], j - 1, micro))
+    return StageCosts(fwd=tuple(fwd), bwd=tuple(bwd), cut=tuple(cut), opt=tuple(opt))
+
+
+def partition_costs(ctx: Context, key: SlotKey, part: Partition) -> StageCosts:
+    """:func:`stage_costs` of ``part`` over the distinct replicas of ``key``."""
+    order, micro = key
+    replicas = [([order[v][s] for s in part.slots], micro[v]) for v in distinct_replicas(ctx, key)]
+    return stage_costs(ctx, replicas, part.stages)
 
 
 def slot_cuts(ctx: Context, key: SlotKey) -> Floats:

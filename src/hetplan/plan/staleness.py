@@ -23,10 +23,16 @@ iteration time, and so that ``hetplan plan --sync-only`` can leave such plans ou
 
 from __future__ import annotations
 
-from hetplan.plan.types import Plan
+from hetplan.planspec.plan import Plan
+from hetplan.planspec.strategies import ASYNCHRONOUS_FAMILIES
 
-ASYNCHRONOUS_FAMILIES: frozenset[str] = frozenset({"pipedream"})
-"""Strategy families whose every plan is asynchronous (hybrid and ps are by their fields)."""
+__all__ = [
+    "ASYNCHRONOUS_FAMILIES",
+    "is_asynchronous",
+    "pipeline_lag",
+    "staleness_of",
+    "staleness_text",
+]
 
 
 def is_asynchronous(plan: Plan) -> bool:

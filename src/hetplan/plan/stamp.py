@@ -12,7 +12,7 @@ import hashlib
 
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
-from hetplan.plan.types import Plan
+from hetplan.planspec.plan import Plan
 
 DIGEST_CHARS = 16
 """Hex characters of the sha256 kept: 64 bits, ample against accidental matches."""

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 from hetplan.cluster.spec import Cluster
 from hetplan.cost.types import ComputeModel
 from hetplan.errors import InputError
-from hetplan.graph.extract import DTYPES
 from hetplan.graph.types import ModelGraph
-from hetplan.plan.devices import split_batch
-from hetplan.plan.types import STRATEGIES, ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec.batch import split_batch
+from hetplan.planspec.dtypes import TRAINING_DTYPES
+from hetplan.planspec.plan import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec.strategies import ONE_STAGE, PIPELINED, SINGLE_PIPELINE, STRATEGIES
 from hetplan.serde import from_data, to_data
 
 DEFAULT_BATCH_PER_REPLICA = 32  # samples; a common per-GPU batch for the zoo's CNNs
@@ -35,11 +36,11 @@ DATASET_SIZES = {"mnist": 60_000, "cifar10": 50_000, "imagenet": 1_281_167}
 
 def _shape(strategy: str, n: int, dp: int | None, pp: int | None, tp: int) -> tuple[int, int]:
     """(replicas, stages) from the options and the number of devices ``n``."""
-    if strategy in ("dp", "ps"):
+    if strategy in ONE_STAGE:
         if pp not in (None, 1):
             raise InputError(f"--pp: strategy {strategy} has one stage per replica (got {pp})")
         return (dp if dp is not None else _fit(n, tp, "replicas")), 1
-    if strategy in ("gpipe", "1f1b", "pipedream"):
+    if strategy in SINGLE_PIPELINE:
         if dp not in (None, 1):
             raise InputError(f"--dp: strategy {strategy} has one pipeline (got {dp}); use hybrid")
         return 1, (pp if pp is not None else _fit(n, tp, "stages"))
@@ -82,7 +83,7 @@ def _bounds(n_layers: int, pp: int, partition: Sequence[int] | None) -> list[int
 
 
 def _split_batch(total: int, weights: list[float], floor: int) -> list[int]:
-    """``plan.devices.split_batch`` with the CLI's wording for a batch that is too small."""
+    """``planspec.batch.split_batch`` with the CLI's wording for a batch that is too small."""
     try:
         return split_batch(total, weights, floor)
     except ValueError:
@@ -111,10 +112,10 @@ def _replica_speed(
 
 
 def parse_dtype(text: str) -> str:
-    """The ``--dtype`` option: a dtype the graph can be traced in (``graph.extract.DTYPES``),
+    """The ``--dtype`` option: a dtype a model trains in (``planspec.dtypes.TRAINING_DTYPES``),
     written into the plan's ``model.dtype``; InputError names the option otherwise."""
-    if text not in DTYPES:
-        raise InputError(f"--dtype: {text!r}; expected one of {', '.join(DTYPES)}")
+    if text not in TRAINING_DTYPES:
+        raise InputError(f"--dtype: {text!r}; expected one of {', '.join(TRAINING_DTYPES)}")
     return text
 
 
@@ -132,7 +133,7 @@ def _default_micro_batches(
 ) -> int:
     if micro_batch_size is not None:
         return max(1, math.ceil(per_replica / micro_batch_size))
-    if strategy in ("gpipe", "1f1b", "pipedream", "hybrid"):
+    if strategy in PIPELINED:
         return min(MICRO_BATCHES_PER_STAGE * stages, per_replica)
     return 1
 
@@ -173,7 +174,7 @@ def plan_from_options(
     pool = list(devices) if devices is not None else [d.id for d in cluster.devices]
     for d in pool:
         cluster.device(d)  # InputError naming the id and the known ones
-    if partition is not None and pp is None and strategy not in ("dp", "ps"):
+    if partition is not None and pp is None and strategy not in ONE_STAGE:
         pp = len(partition) + (0 if partition and partition[0] == 0 else 1)
     if not 1 <= tp <= len(pool):
         raise InputError(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
-from hetplan.plan.types import Plan
+from hetplan.planspec.plan import Plan
 
 
 def stage_ranges(plan: Plan, graph: ModelGraph) -> list[list[tuple[int, int]]]:

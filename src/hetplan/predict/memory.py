@@ -7,20 +7,16 @@ from dataclasses import dataclass
 from hetplan.cluster.spec import Cluster
 from hetplan.cost import comm
 from hetplan.cost.memory import (
-    MASTER_WEIGHT_BYTES,
-    OPTIMIZER_SLOTS,
-    OPTIMIZER_STATE_BYTES,
     MemoryBreakdown,
     framework_overhead_bytes,
-    grad_scale,
     in_flight_microbatches,
     is_gpu,
+    ps_shard_scale,
     stage_memory,
     stashed_weight_versions,
-    weight_scale,
 )
 from hetplan.graph.types import ModelGraph
-from hetplan.plan.types import Plan
+from hetplan.planspec.plan import Plan
 from hetplan.units import fmt_bytes
 
 
@@ -98,22 +94,13 @@ def plan_memory(
 
 
 def _ps_shards(plan: Plan, graph: ModelGraph) -> dict[str, float]:
-    """Bytes each PS host keeps: its shard's parameters and a gradient accumulator (both
-    fp32 under mixed precision: ``weight_scale``, ``grad_scale``), and the optimizer state
-    (fp32 slots per parameter)."""
+    """Bytes each PS host keeps: its shard's parameter bytes times
+    ``cost.memory.ps_shard_scale`` (weights, a gradient accumulator, the optimizer state)."""
     if plan.strategy != "ps" or not plan.ps_devices:
         return {}
     tensors = [b for sizes in comm.layer_tensor_bytes(graph.layers) for b in sizes]
     assignment = comm.assign_ps_shards(tensors, len(plan.ps_devices), plan.ps_assignment)
-    # Per byte of the graph's parameter bytes: fp32 weights, fp32 gradient accumulator, and
-    # the optimizer state (slots * 4 B per parameter, i.e. per MASTER_WEIGHT_BYTES).
-    per_byte = weight_scale(graph.dtype) + grad_scale(graph.dtype)
-    per_byte += (
-        weight_scale(graph.dtype)
-        * OPTIMIZER_SLOTS[plan.optimizer]
-        * OPTIMIZER_STATE_BYTES
-        / MASTER_WEIGHT_BYTES
-    )
+    per_byte = ps_shard_scale(graph.dtype, plan.optimizer)
     out: dict[str, float] = {}
     for dev, idx in zip(plan.ps_devices, assignment, strict=True):
         nbytes = float(sum(tensors[i] for i in idx))

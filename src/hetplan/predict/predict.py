@@ -21,7 +21,7 @@ from hetplan.cost.tp import tp_splits
 from hetplan.cost.types import ComputeModel
 from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
-from hetplan.plan.types import Plan
+from hetplan.planspec.plan import Plan
 from hetplan.predict.check import check_devices, stage_ranges
 from hetplan.predict.memory import infeasible_reasons, plan_memory
 from hetplan.predict.price import PricedPlan, price

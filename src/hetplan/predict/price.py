@@ -2,9 +2,9 @@
 
 Conventions (see docs/models.md):
 
-- micro-batch size of a pipeline = ``ceil(batch / micro_batches)``: with an uneven split every
-  micro-batch is priced at the larger size (slightly pessimistic; torch's ``tensor_split``
-  makes the first ``batch mod m`` micro-batches one sample larger);
+- micro-batch size of a pipeline = ``ceil(batch / micro_batches)``
+  (``planspec.batch.micro_batch_size``): with an uneven split every micro-batch is priced at
+  the larger size (slightly pessimistic);
 - a tensor-parallel stage: each member computes ``1/tp`` of the layers tensor parallelism
   splits (Megatron-style units, the vocabulary-split embedding and head) and all of the
   replicated ones (``cost.tp.tp_share``), the slowest member bounds it, plus each split
@@ -17,7 +17,7 @@ Conventions (see docs/models.md):
 - gradient buckets (several replicas only): DDP's buckets over the stage's parameter tensors;
   the last micro-batch's backward is split at their ready points;
 - mixed precision (model dtype bf16/fp16: autocast over fp32 master weights): gradients, DDP
-  buckets and PS pushes and pulls are fp32 (``cost.memory.grad_tensor_bytes``: twice the
+  buckets and PS pushes and pulls are fp32 (``cost.memory.tp_grad_tensor_bytes``: twice the
   graph's 2 B/param ``param_tensor_bytes``); activations crossing a cut and TP forward
   all-reduces of units stay at the graph's low precision (TP backward ones are fp32); the
   optimizer step moves fp32 p, g and state as in fp32.
@@ -25,40 +25,26 @@ Conventions (see docs/models.md):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import comm
 from hetplan.cost.comm_buckets import first_bucket
-from hetplan.cost.memory import (
-    OPTIMIZER_SLOTS,
-    OPTIMIZER_STATE_BYTES,
-    grad_tensor_bytes,
-    is_gpu,
-)
-from hetplan.cost.tp import tp_comm_time, tp_layer_key, tp_share
+from hetplan.cost.memory import is_gpu, optimizer_step_s, tp_grad_tensor_bytes
+from hetplan.cost.tp import tp_comm_times, tp_share, tp_traffic
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import LayerInfo, ModelGraph
-from hetplan.plan.types import Plan
+from hetplan.planspec.batch import micro_batch_size
+from hetplan.planspec.plan import Plan
 from hetplan.schedule.work import CutWork, PipelineWork, PsWork, StageWork, SyncBucket
 from hetplan.units import MiB
 
-# Bytes moved per parameter by one optimizer step (fp32 p, g and state: in fp32 and under
-# mixed precision's fp32 master weights alike): SGD reads p, g and writes p
-# (3 x 4 B); momentum adds the buffer read and write (5 x 4 B); Adam reads p, g, m, v and
-# writes p, m, v (7 x 4 B). Source: torch.optim's update rules (foreach kernels are
-# memory-bound elementwise ops).
 # Share of an overlapped gloo allreduce's time that a CPU rank's compute loses to it. 1: the
 # collective and the backward take turns on the rank's cores. Measured on the 2-core machine
 # (docs/benchmarks.md): vgg11/cifar10 backward of 8 samples 45-54 ms alone or beside another
 # rank, 72-79 ms while its 37 MB of gradients are all-reduced in buckets by gloo.
 CPU_COLLECTIVE_CORE_SHARE = 1.0  # dimensionless
-
-OPTIMIZER_BYTES_PER_PARAM = {  # bytes/param: p, g read and p written, + each slot read and written
-    name: float((3 + 2 * slots) * OPTIMIZER_STATE_BYTES) for name, slots in OPTIMIZER_SLOTS.items()
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,21 +61,10 @@ class PricedPlan:
     """Per stage: DDP bucket memory (bytes per device) when buckets exist."""
     sources: tuple[str, ...]
     """Distinct cost sources of the layer costs used."""
-
-
-def micro_batch_size(batch: int, micro_batches: int) -> int:
-    """Samples per micro-batch: the larger share when ``batch`` does not divide evenly."""
-    return math.ceil(batch / micro_batches)
-
-
-def _tensor_bytes(layers: Sequence[LayerInfo], dtype: str, tp: int) -> list[list[int]]:
-    """Per layer, the gradient tensor sizes one TP rank communicates (fp32 under mixed
-    precision): its shard of a split layer's tensors, a replicated layer's whole."""
-    sizes = grad_tensor_bytes(layers, dtype)
-    return [
-        [max(int(b * tp_share(layer, tp)), 1) for b in tensors]
-        for layer, tensors in zip(layers, sizes, strict=True)
-    ]
+    tp_bytes: list[list[tuple[float, float]]] = field(default_factory=list)
+    """Per pipeline, per stage: (forward, backward) bytes of the TP all-reduces one TP rank
+    runs per micro-batch (``cost.tp.tp_traffic``; with recomputation the forward ones run
+    again in the backward); (0, 0) without tensor parallelism."""
 
 
 def split_backward(
@@ -150,9 +125,6 @@ def _stage_compute(
     opt = 0.0
     # Recomputation re-runs each layer's forward inside its backward.
     redo = 1.0 if plan.recompute else 0.0
-    total = sum(layer.params for layer in layers)
-    params = sum(layer.params * f for layer, f in zip(layers, share, strict=True))
-    names = [layer.name for layer in layers]
     for dev in devices:
         costs = compute.layer_costs(graph, dev, mb)[lo : hi + 1]
         sources.update(c.source for c in costs)
@@ -161,11 +133,7 @@ def _stage_compute(
             max(b, (c.bwd_s + redo * c.fwd_s) * f)
             for b, c, f in zip(bwd, costs, share, strict=True)
         ]
-        bw = dev.type.memory_bandwidth * dev.type.memory_efficiency * dev.speed
-        measured = _measured_optimizer_s(compute, graph, dev, names, plan.optimizer)
-        analytical = params * OPTIMIZER_BYTES_PER_PARAM[plan.optimizer] / bw
-        held = params / total if total else 1.0  # this rank's part of the stage's parameters
-        opt = max(opt, (measured * held) if measured is not None else analytical)
+        opt = max(opt, optimizer_step_s(compute, graph, dev, layers, plan.optimizer, tp))
     if tp > 1:
         fwd_comm, bwd_comm = stage_tp_comm(graph, layers, mb, [d.id for d in devices], cluster)
         fwd += sum(fwd_comm)
@@ -182,36 +150,16 @@ def stage_tp_comm(
     cluster: Cluster,
 ) -> tuple[list[float], list[float]]:
     """Per layer of a stage, (forward s, backward s) of its TP all-reduces for one micro-batch
-    of ``mb`` samples over the TP group ``devices`` (``cost.tp.tp_comm_time``)."""
-    memo: dict[tuple[int, str, int, int, int], tuple[float, float]] = {}
-    fwd: list[float] = []
-    bwd: list[float] = []
-    for layer in layers:
-        key = tp_layer_key(layer)  # blocks repeat: price each kind once
-        if key not in memo:
-            memo[key] = tp_comm_time(layer, mb, graph.dtype, devices, cluster)
-        fwd.append(memo[key][0])
-        bwd.append(memo[key][1])
-    return fwd, bwd
+    of ``mb`` samples over the TP group ``devices`` (``cost.tp.tp_comm_times``)."""
+    return tp_comm_times(layers, mb, graph.dtype, devices, cluster)
 
 
-def _measured_optimizer_s(
-    compute: ComputeModel, graph: ModelGraph, dev: Device, names: list[str], optimizer: str
-) -> float | None:
-    """The profile's measured optimizer step for these layers (``MeasuredCompute``), scaled
-    by the bytes-per-parameter ratio when the profile timed another optimizer; None when the
-    compute model has no measurement for the device."""
-    measure = getattr(compute, "optimizer_s", None)
-    which = getattr(compute, "profiled_optimizer", None)
-    if measure is None or which is None:
-        return None
-    timed = which(graph, dev)
-    if timed not in OPTIMIZER_BYTES_PER_PARAM or optimizer not in OPTIMIZER_BYTES_PER_PARAM:
-        return None  # no profile, or one taken without an optimizer step
-    t = measure(graph, dev, names)
-    if t is None:
-        return None
-    return float(t) * OPTIMIZER_BYTES_PER_PARAM[optimizer] / OPTIMIZER_BYTES_PER_PARAM[timed]
+def _tp_bytes(plan: Plan, layers: Sequence[LayerInfo], dtype: str, mb: int) -> tuple[float, float]:
+    """(forward, backward) bytes of a stage's TP all-reduces per rank and micro-batch."""
+    traffic = [tp_traffic(layer, mb, dtype, plan.tp) for layer in layers]
+    fwd = float(sum(sum(t.fwd) for t in traffic))
+    bwd = float(sum(sum(t.bwd) for t in traffic))
+    return fwd, bwd + (fwd if plan.recompute else 0.0)
 
 
 def _cut(
@@ -236,7 +184,7 @@ def price(
     num = plan.num_stages
     stage_buckets: list[list[comm.GradBucket]] = []
     for lo, hi in ranges[0]:
-        tensors = _tensor_bytes(graph.layers[lo : hi + 1], graph.dtype, plan.tp)
+        tensors = tp_grad_tensor_bytes(graph.layers[lo : hi + 1], graph.dtype, plan.tp)
         cap = plan.bucket_mb * MiB
         stage_buckets.append(comm.ddp_buckets(tensors, cap, first_bucket(cap)) if sync else [])
     buckets = (
@@ -245,12 +193,16 @@ def price(
     pipes: list[PipelineWork] = []
     mbs: list[int] = []
     sources: set[str] = set()
+    tp_bytes: list[list[tuple[float, float]]] = []
     for p, pipe in enumerate(plan.pipelines):
         mb = micro_batch_size(pipe.batch, plan.micro_batches)
         mbs.append(mb)
         stages: list[StageWork] = []
         cuts: list[CutWork] = []
+        tp_bytes.append([])
         for s, stage in enumerate(pipe.stages):
+            lo, hi = ranges[p][s]
+            tp_bytes[p].append(_tp_bytes(plan, graph.layers[lo : hi + 1], graph.dtype, mb))
             devs = [cluster.device(d) for d in stage.devices]
             fwd, bwd, opt, src = _stage_compute(
                 plan, graph, cluster, compute, devs, ranges[p][s], mb
@@ -281,6 +233,7 @@ def price(
         micro_batch=mbs,
         bucket_bytes=bucket_bytes,
         sources=tuple(sorted(sources)),
+        tp_bytes=tp_bytes,
     )
 
 
@@ -299,7 +252,7 @@ def _sync_buckets(
 
 def _ps_work(plan: Plan, graph: ModelGraph, cluster: Cluster) -> list[PsWork]:
     """Push/pull times per worker from the PS communication model."""
-    tensors = [b for sizes in _tensor_bytes(graph.layers, graph.dtype, 1) for b in sizes]
+    tensors = [b for sizes in tp_grad_tensor_bytes(graph.layers, graph.dtype, 1) for b in sizes]
     workers = [p.stages[0].devices[0] for p in plan.pipelines]
     timing = comm.ps_sync_time(
         tensors, workers, plan.ps_devices, cluster, policy=plan.ps_assignment

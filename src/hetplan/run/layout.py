@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from hetplan.errors import InputError
 from hetplan.plan.staleness import is_asynchronous
 from hetplan.plan.types import Plan
-
-EXECUTABLE = ("dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid")
+from hetplan.planspec.strategies import RUNNABLE as EXECUTABLE
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,8 +16,13 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
-PRECISIONS = ("fp32", "bf16", "fp16")
+from hetplan.planspec.dtypes import MIXED_PRECISION_DTYPES, TRAINING_DTYPES
+from hetplan.planspec.torch_dtypes import TORCH_DTYPES
+
+# The one dtype table (hetplan.planspec.dtypes): the dtypes a plan trains in, and the
+# mixed-precision ones' autocast dtype.
+PRECISIONS = TRAINING_DTYPES
+AUTOCAST_DTYPES: dict[str, torch.dtype] = {d: TORCH_DTYPES[d] for d in MIXED_PRECISION_DTYPES}
 # torch.amp.GradScaler's defaults (torch/amp/grad_scaler.py): initial scale 2**16, doubled
 # after 2000 steps without overflow, halved on an overflow.
 INIT_SCALE = 2.0**16  # dimensionless

@@ -1,0 +1,161 @@
+"""The plan as data: what runs where. Round-trips to JSON exactly (see hetplan.serde).
+
+One representation covers every strategy: a plan is a list of *pipelines* (data-parallel
+replicas; HetPipe's virtual workers), each a list of *stages* (contiguous layers on one device
+or on a tensor-parallel group). Data parallelism is N pipelines of one stage; GPipe/1F1B is one
+pipeline of S stages; hybrid is N pipelines of S stages with the same stage boundaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from hetplan.planspec.strategies import ONE_STAGE, SINGLE_PIPELINE, Strategy
+
+Optimizer = Literal["sgd", "momentum", "adam"]
+Sync = Literal["bsp", "wsp"]
+PsAssignment = Literal["round_robin", "size"]
+
+MAX_BATCH = 2**31 - 1
+"""Largest global batch, samples per iteration: far above any real one; below it the batch
+splits (float64 shares, exact to 2^53) always sum to the batch."""
+
+
+@dataclass(kw_only=True)
+class ModelRef:
+    """Which model to build, so that ``predict`` and ``train`` rebuild the same graph."""
+
+    name: str
+    """Zoo name, ``path/to/file.py:function`` or ``package.module:function``."""
+    dataset: str | None = None
+    """Input shape preset: mnist, cifar10, imagenet, highres (vision models); None = default."""
+    depth: int | None = None
+    """Layer granularity (module depth); None = the model's default."""
+    dtype: str = "fp32"
+    """Training dtype of parameters and activations."""
+
+
+@dataclass(kw_only=True)
+class StagePlan:
+    """Contiguous layers on one device, or on a tensor-parallel group of ``tp`` devices."""
+
+    layers: list[str]
+    """Module FQNs, in model order."""
+    devices: list[str]
+    """Cluster device ids; more than one is a tensor-parallel group."""
+
+
+@dataclass(kw_only=True)
+class PipelinePlan:
+    """One data-parallel replica: a pipeline of stages (a single stage for plain DP)."""
+
+    stages: list[StagePlan]
+    batch: int
+    """Samples of the global batch this replica processes per iteration."""
+
+
+@dataclass(kw_only=True)
+class Plan:
+    """A complete training plan."""
+
+    model: ModelRef
+    strategy: Strategy
+    global_batch: int
+    """Samples per iteration (one optimizer step), summed over replicas."""
+    pipelines: list[PipelinePlan]
+    micro_batches: int = 1
+    """Micro-batches per replica per iteration (pipelined strategies)."""
+    tp: int = 1
+    """Tensor-parallel degree of every stage."""
+    optimizer: Optimizer = "sgd"
+    recompute: bool = False
+    """Activation recomputation: keep only stage inputs, recompute the rest in backward."""
+    sync: Sync = "bsp"
+    """Hybrid only: synchronise replicas every iteration (bsp) or every wave (HetPipe's WSP)."""
+    staleness: int = 0
+    """WSP staleness bound D (waves a replica may run ahead)."""
+    ps_devices: list[str] = field(default_factory=list)
+    """Parameter-server shard hosts (strategy ps); may overlap with workers."""
+    ps_assignment: PsAssignment = "round_robin"
+    """How parameter tensors are assigned to PS shards (TensorFlow: round robin; MXNet: size)."""
+    ps_async: bool = False
+    """Asynchronous parameter server (workers do not wait for each other)."""
+    bucket_mb: float = 25.0
+    """Gradient bucket cap in MB (DistributedDataParallel's bucket_cap_mb)."""
+    cluster: str | None = None
+    """Name of the cluster the plan was made for (informative)."""
+    cluster_digest: str | None = None
+    """Digest of that cluster's device ids, types and nodes (``plan.stamp``): ``predict``
+    and ``train`` refuse the plan on another cluster unless told to use it anyway."""
+
+    def __post_init__(self) -> None:
+        _check_plan(self)
+
+    @property
+    def devices(self) -> list[str]:
+        """Every worker device of the plan, in pipeline then stage order."""
+        return [d for p in self.pipelines for s in p.stages for d in s.devices]
+
+    @property
+    def num_stages(self) -> int:
+        return len(self.pipelines[0].stages)
+
+
+def _check_plan(plan: Plan) -> None:
+    """Structural checks that need no model or cluster (torchtitan-style, numbers in messages)."""
+    if not 1 <= plan.global_batch <= MAX_BATCH:
+        raise ValueError(
+            f"global_batch: must be between 1 and {MAX_BATCH} (got {plan.global_batch})"
+        )
+    if not plan.bucket_mb > 0:
+        raise ValueError(f"bucket_mb: must be > 0 MB (got {plan.bucket_mb:g})")
+    if not plan.pipelines:
+        raise ValueError("pipelines: at least one pipeline is required")
+    if plan.micro_batches < 1 or plan.tp < 1 or plan.staleness < 0:
+        raise ValueError(
+            f"micro_batches ({plan.micro_batches}) and tp ({plan.tp}) must be >= 1, "
+            f"staleness ({plan.staleness}) >= 0"
+        )
+    total = sum(p.batch for p in plan.pipelines)
+    if total != plan.global_batch:
+        raise ValueError(
+            f"pipelines: batches sum to {total}, expected global_batch {plan.global_batch}"
+        )
+    for i, pipe in enumerate(plan.pipelines):
+        _check_pipeline(plan, i, pipe)
+    devices = plan.devices
+    dup = sorted({d for d in devices if devices.count(d) > 1})
+    if dup:
+        raise ValueError(f"devices used twice: {', '.join(dup)}")
+    nstages = {len(p.stages) for p in plan.pipelines}
+    if plan.strategy in ONE_STAGE and nstages != {1}:
+        raise ValueError(f"strategy {plan.strategy}: every pipeline must have exactly 1 stage")
+    if plan.strategy in SINGLE_PIPELINE and len(plan.pipelines) != 1:
+        raise ValueError(
+            f"strategy {plan.strategy}: exactly 1 pipeline expected "
+            f"(got {len(plan.pipelines)}; use hybrid for several)"
+        )
+    if plan.strategy == "hybrid":
+        bounds = {tuple(s.layers[0] for s in p.stages) for p in plan.pipelines}
+        if len(bounds) > 1:
+            raise ValueError("strategy hybrid: every pipeline must have the same stage boundaries")
+    if plan.strategy == "ps" and not plan.ps_devices:
+        raise ValueError("strategy ps: ps_devices must name at least one device")
+
+
+def _check_pipeline(plan: Plan, i: int, pipe: PipelinePlan) -> None:
+    if not pipe.stages:
+        raise ValueError(f"pipelines.{i}.stages: at least one stage is required")
+    if pipe.batch < plan.micro_batches:
+        raise ValueError(
+            f"pipelines.{i}.batch ({pipe.batch}) must be >= micro_batches ({plan.micro_batches})"
+        )
+    for j, stage in enumerate(pipe.stages):
+        where = f"pipelines.{i}.stages.{j}"
+        if not stage.layers:
+            raise ValueError(f"{where}.layers: at least one layer is required")
+        if len(stage.devices) != plan.tp:
+            raise ValueError(
+                f"{where}.devices: {len(stage.devices)} devices, expected tp = {plan.tp}"
+            )

@@ -1,0 +1,109 @@
+"""The package layering of docs/architecture.md: each package imports only lower layers.
+
+The plan types live in the leaf :mod:`hetplan.planspec`, so that the prediction does not import
+the planner (the planner's search imports the prediction, never the other way round). Checked
+twice: statically over every import statement (also those inside functions), and by importing
+in a fresh interpreter (what ``sys.modules`` holds afterwards).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "hetplan"
+
+LAYERS: dict[str, int] = {
+    "errors": 0,
+    "units": 0,
+    "serde": 1,  # JSON round-trip of the input dataclasses
+    "planspec": 1,  # the plan specification: a leaf, imports nothing of hetplan
+    "cluster": 2,
+    "graph": 2,
+    "cost": 3,  # pure cost functions over numbers
+    "profile": 4,  # measured costs
+    "schedule": 4,
+    "simulate": 5,
+    "predict": 6,
+    "plan": 7,  # the search simulates its shortlist with predict
+    "run": 8,
+    "report": 8,
+    "bench": 9,
+    "cli": 10,
+    "__main__": 11,
+}
+"""A package may import its own modules and those of strictly lower layers."""
+
+
+def _package(path: Path) -> str:
+    return path.relative_to(SRC).parts[0].removesuffix(".py")
+
+
+def _imports(path: Path) -> set[str]:
+    """Every hetplan package ``path`` imports, at module level or inside a function."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        else:
+            continue
+        out.update(n.split(".")[1] for n in names if n.startswith("hetplan."))
+    return out
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {_package(p) for p in SRC.rglob("*.py")} - {"__init__"}
+    assert packages <= set(LAYERS), sorted(packages - set(LAYERS))
+
+
+def test_packages_import_only_lower_layers() -> None:
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        pkg = _package(path)
+        if pkg == "__init__":
+            continue
+        for dep in _imports(path):
+            if dep != pkg and LAYERS[dep] >= LAYERS[pkg]:
+                bad.append(f"{path.relative_to(SRC)} ({pkg}, layer {LAYERS[pkg]}) imports {dep}")
+    assert not bad, "\n".join(bad)
+
+
+def _loaded(module: str) -> set[str]:
+    """Modules in ``sys.modules`` after importing ``module`` in a fresh interpreter."""
+    code = f"import sys, {module}; print('\\n'.join(sorted(sys.modules)))"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    return set(done.stdout.split())
+
+
+def _under(modules: set[str], *packages: str) -> list[str]:
+    return sorted(m for m in modules for p in packages if m == p or m.startswith(p + "."))
+
+
+def test_predict_imports_neither_the_planner_nor_torch() -> None:
+    # The plan types come from hetplan.planspec; predict prices a traced graph, so it needs
+    # numpy but not torch (tracing is hetplan.graph's).
+    loaded = _loaded("hetplan.predict")
+    assert not _under(loaded, "hetplan.plan", "hetplan.run", "hetplan.cli", "torch")
+    assert "hetplan.planspec" in loaded
+
+
+def test_planspec_is_a_leaf() -> None:
+    loaded = _loaded("hetplan.planspec")
+    others = set(_under(loaded, "hetplan")) - {"hetplan", *_under(loaded, "hetplan.planspec")}
+    assert not others, sorted(others)
+    # Light commands read plans and dtypes: no torch (planspec.torch_dtypes is not imported).
+    assert not _under(loaded, "torch", "numpy", "hetplan.planspec.torch_dtypes")
+
+
+def test_cost_models_import_no_plan_or_schedule() -> None:
+    modules = sorted(f"hetplan.cost.{p.stem}" for p in (SRC / "cost").glob("*.py"))
+    loaded = _loaded(", ".join(modules))
+    assert not _under(
+        loaded, "hetplan.plan", "hetplan.predict", "hetplan.schedule", "hetplan.simulate"
+    )
