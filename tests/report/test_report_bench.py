@@ -53,8 +53,9 @@ def test_report_files_and_figures(tmp_path: Path) -> None:
     # errors +20%, +200%, +25%: median 25%; the dp baseline 0.12 s / pick 0.1 s = 1.20x
     assert "median 25.0%" in text
     assert "1.20x" in text
-    # the cases table ends with the time error and the memory error (none recorded here)
-    assert "| measured ms (p10-p90) | error | memory error |" in text
+    # the cases table ends with the time error, the profile-free prediction's error and the
+    # memory error (neither recorded here)
+    assert "| measured ms (p10-p90) | error | analytical error | memory error |" in text
     assert "| +20.0% | - |" in text
     assert "Peak memory: no case has a memory figure." in text
     assert "hetplan bench --quick" in text
