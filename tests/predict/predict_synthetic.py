@@ -70,7 +70,7 @@ def cluster(
 class FixedCompute:
     """Linear in the batch, divided by the device's speed; no other device dependence."""
 
-    def layer_costs(self, graph: ModelGraph, device: Device, batch: int) -> list[LayerCost]:
+    def layer_costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
         return [
             LayerCost(
                 fwd_s=FWD_PER_SAMPLE * batch / device.speed,

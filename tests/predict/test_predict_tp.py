@@ -76,7 +76,8 @@ def test_recompute_runs_the_forward_allreduces_again() -> None:
     _, redo, _, _ = _stage_compute(
         _plan(graph, devices, recompute=True), graph, cluster, compute, devs, rng, MB
     )
-    block_fwd = compute.layer_costs(graph, devs[0], MB)[1].fwd_s / 2  # its share per rank
+    # A rank's share of the split block: the block at half the micro-batch (cost.tp_compute).
+    block_fwd = compute.layer_costs(graph, devs[0], MB / 2)[1].fwd_s
     act = allreduce_time(B * S * H * 4, devices, cluster)
     assert redo[0] - plain[0] == pytest.approx(block_fwd + 2 * act)
 

@@ -44,7 +44,7 @@ def dev(t: DeviceType, speed: float = 1.0) -> Device:
 class FlopsOnly:
     """Analytical stand-in: batch * FLOPs / peak / speed (ratios are then easy by hand)."""
 
-    def layer_costs(self, graph: ModelGraph, device: Device, batch: int) -> list[LayerCost]:
+    def layer_costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
         peak = device.type.peak_flops["fp32"] * device.speed
         return [
             LayerCost(

@@ -203,7 +203,7 @@ class AnalyticalCompute:
             return peak, peak
         return (tf32 if self.conv_tf32 else peak), (tf32 if self.matmul_tf32 else peak)
 
-    def layer_costs(self, graph: ModelGraph, device: Device, batch: int) -> list[LayerCost]:
+    def layer_costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
         """Cost of every layer of ``graph`` on ``device`` for a micro-batch of ``batch``."""
         t = device.type
         key = (

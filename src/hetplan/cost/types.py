@@ -22,6 +22,7 @@ class LayerCost:
 class ComputeModel(Protocol):
     """Anything that prices a model's layers on a device: analytical or measured."""
 
-    def layer_costs(self, graph: ModelGraph, device: Device, batch: int) -> list[LayerCost]:
-        """Cost of every layer of ``graph`` on ``device`` for a micro-batch of ``batch``."""
+    def layer_costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
+        """Cost of every layer of ``graph`` on ``device`` for a micro-batch of ``batch``
+        samples (fractional for a tensor-parallel rank's share: ``cost.tp_compute``)."""
         ...

@@ -11,6 +11,7 @@ from hetplan.cluster.spec import Cluster, DeviceType, Link
 from hetplan.cost.comm import p2p_time
 from hetplan.cost.memory import LayerBytes, backward_workspace, layer_bytes, optimizer_step_s
 from hetplan.cost.tp import tp_comm_times, tp_share
+from hetplan.cost.tp_compute import tp_rank_costs
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.classes import symmetry
@@ -51,20 +52,35 @@ class Pricing:
             self._cache[key] = hit
         return hit
 
+    def _rank_layers(self, device_id: str, batch: int, tp: int) -> tuple[Floats, Floats]:
+        """What one rank of a TP group of degree ``tp`` computes per layer
+        (``cost.tp_compute.tp_rank_costs``, as ``predict`` prices it)."""
+        dev = self.cluster.device(device_id)
+        key = (f"{dev.type.name}/tp{tp}", dev.speed, batch)
+        hit = self._cache.get(key)
+        if hit is None:
+            costs = tp_rank_costs(self.compute, self.graph, dev, batch, tp)
+            hit = (
+                np.array([c.fwd_s for c in costs], dtype=np.float64),
+                np.array([c.bwd_s for c in costs], dtype=np.float64),
+            )
+            self._cache[key] = hit
+        return hit
+
     def _group_layers(self, group: str, batch: int) -> tuple[Floats, Floats]:
-        """A TP group: each member computes ``tp_share`` of every layer (``1/tp`` of the
-        layers tensor parallelism splits, all of the replicated ones; the slowest member bounds
-        it), plus each split layer's all-reduces (``cost.tp.tp_comm_time``, as ``predict``
-        prices them)."""
+        """A TP group: each member computes its share of every layer (the layers tensor
+        parallelism splits at ``1/tp`` of the micro-batch, so on the compute model's curve;
+        the replicated ones whole; ``cost.tp_compute``), the slowest member bounds it, plus
+        each split layer's all-reduces (``cost.tp.tp_comm_time``, as ``predict`` prices
+        them)."""
         key = (group, -1.0, batch)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         ids = members(group)
         tp = len(ids)
-        share = self.tp_shares(tp)
-        fwd = np.max([self.layers(d, batch)[0] for d in ids], axis=0) * share
-        bwd = np.max([self.layers(d, batch)[1] for d in ids], axis=0) * share
+        fwd = np.max([self._rank_layers(d, batch, tp)[0] for d in ids], axis=0)
+        bwd = np.max([self._rank_layers(d, batch, tp)[1] for d in ids], axis=0)
         fwd_comm, bwd_comm = tp_comm_times(
             self.graph.layers, batch, self.graph.dtype, ids, self.cluster
         )

@@ -5,10 +5,11 @@ Conventions (see docs/models.md):
 - micro-batch size of a pipeline = ``ceil(batch / micro_batches)``
   (``planspec.batch.micro_batch_size``): with an uneven split every micro-batch is priced at
   the larger size (slightly pessimistic);
-- a tensor-parallel stage: each member computes ``1/tp`` of the layers tensor parallelism
-  splits (Megatron-style units, the vocabulary-split embedding and head) and all of the
-  replicated ones (``cost.tp.tp_share``), the slowest member bounds it, plus each split
-  layer's all-reduces forward and backward (``cost.tp.tp_comm_time``; with recomputation the
+- a tensor-parallel stage: each member computes its share of the layers tensor parallelism
+  splits (Megatron-style units, the vocabulary-split embedding and head), priced at ``1/tp``
+  of the micro-batch so that smaller matrices run at their own efficiency
+  (``cost.tp_compute``), and all of the replicated ones; the slowest member bounds it, plus
+  each split layer's all-reduces forward and backward (``cost.tp.tp_comm_time``; with recomputation the
   forward ones run again in the backward);
 - cut transfers: ``graph.cut_bytes[last layer] * micro-batch`` bytes each way (activations
   forward, their gradients backward: same size), over ``cluster.link``; between TP groups
@@ -32,7 +33,8 @@ from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import comm
 from hetplan.cost.comm_buckets import first_bucket
 from hetplan.cost.memory import is_gpu, optimizer_step_s, tp_grad_tensor_bytes
-from hetplan.cost.tp import tp_comm_times, tp_share, tp_traffic
+from hetplan.cost.tp import tp_comm_times, tp_traffic
+from hetplan.cost.tp_compute import tp_rank_costs
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.planspec.batch import micro_batch_size
@@ -119,20 +121,16 @@ def _stage_compute(
     lo, hi = rng
     tp = len(devices)
     layers = graph.layers[lo : hi + 1]
-    share = [tp_share(layer, tp) for layer in layers]
     fwd, bwd = 0.0, [0.0] * (hi - lo + 1)
     sources: set[str] = set()
     opt = 0.0
     # Recomputation re-runs each layer's forward inside its backward.
     redo = 1.0 if plan.recompute else 0.0
     for dev in devices:
-        costs = compute.layer_costs(graph, dev, mb)[lo : hi + 1]
+        costs = tp_rank_costs(compute, graph, dev, mb, tp)[lo : hi + 1]
         sources.update(c.source for c in costs)
-        fwd = max(fwd, sum(c.fwd_s * f for c, f in zip(costs, share, strict=True)))
-        bwd = [
-            max(b, (c.bwd_s + redo * c.fwd_s) * f)
-            for b, c, f in zip(bwd, costs, share, strict=True)
-        ]
+        fwd = max(fwd, sum(c.fwd_s for c in costs))
+        bwd = [max(b, c.bwd_s + redo * c.fwd_s) for b, c in zip(bwd, costs, strict=True)]
         opt = max(opt, optimizer_step_s(compute, graph, dev, layers, plan.optimizer, tp))
     if tp > 1:
         fwd_comm, bwd_comm = stage_tp_comm(graph, layers, mb, [d.id for d in devices], cluster)

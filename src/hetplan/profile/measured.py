@@ -112,7 +112,7 @@ class MeasuredCompute:
             return None
         return _measured_costs(own, graph, batch, device.speed, self.include_loss)
 
-    def layer_costs(self, graph: ModelGraph, device: Device, batch: int) -> list[LayerCost]:
+    def layer_costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
         """Measured, scaled or fallback cost of every layer (each says its source)."""
         # The planner asks for the same triples many times; the graph is kept in the value
         # so that its id cannot be reused by another graph while cached.
@@ -126,7 +126,7 @@ class MeasuredCompute:
         self._cache[key] = (graph, costs)
         return list(costs)
 
-    def _costs(self, graph: ModelGraph, device: Device, batch: int) -> list[LayerCost]:
+    def _costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
         measured = self._matching(graph)
         own = measured.get(device.type.name)
         if own is not None:
@@ -142,7 +142,7 @@ class MeasuredCompute:
         self,
         graph: ModelGraph,
         device: Device,
-        batch: int,
+        batch: float,
         refs: list[tuple[Profile, DeviceType]],
     ) -> list[LayerCost]:
         fallback = self.fallback_for(graph)
@@ -188,7 +188,7 @@ class MeasuredCompute:
 
 
 def _measured_costs(
-    profile: Profile, graph: ModelGraph, batch: int, speed: float, include_loss: bool
+    profile: Profile, graph: ModelGraph, batch: float, speed: float, include_loss: bool
 ) -> list[LayerCost]:
     source = f"measured on {profile.device_type}"
     if profile.tp > 1:
