@@ -9,8 +9,8 @@ Conventions (see docs/models.md):
   splits (Megatron-style units, the vocabulary-split embedding and head), priced at ``1/tp``
   of the micro-batch so that smaller matrices run at their own efficiency
   (``cost.tp_compute``), and all of the replicated ones; the slowest member bounds it, plus
-  each split layer's all-reduces forward and backward (``cost.tp.tp_comm_time``; with recomputation the
-  forward ones run again in the backward);
+  each split layer's all-reduces forward and backward (``cost.tp.tp_comm_time``; with
+  recomputation the forward ones run again in the backward);
 - cut transfers: ``graph.cut_bytes[last layer] * micro-batch`` bytes each way (activations
   forward, their gradients backward: same size), over ``cluster.link``; between TP groups
   rank ``t`` sends the whole (replicated) values to rank ``t`` of the next stage, all pairs at
