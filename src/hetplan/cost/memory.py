@@ -253,6 +253,7 @@ def stage_memory(
     framework_bytes: float = FRAMEWORK_OVERHEAD_BYTES,
     input_bytes: float | None = None,
     received_bytes: float = 0.0,
+    tied_params: float = 0.0,
 ) -> MemoryBreakdown:
     """Peak memory of a stage holding ``layers``: the per-layer model (:func:`layer_bytes`)
     summed over the stage, plus the stage-level terms.
@@ -273,7 +274,9 @@ def stage_memory(
       (``received_bytes`` per sample, the graph's cut bytes) are held until each micro-batch's
       backward sends their gradients back; the part the stage's first layer saves anyway is
       already in the activations. Not with ``recompute`` (the stage input is counted there),
-    - backward_workspace: :func:`backward_workspace` over the stage's layers.
+    - backward_workspace: :func:`backward_workspace` over the stage's layers,
+    - ``tied_params``: the stage's copies of weights another stage owns (``cost.ties``), with
+      their gradients and optimizer state, added to weights, grads and optimizer.
 
     Each layer's TP share (``1 / tp`` for a layer tensor parallelism splits, 1 for a
     replicated one, which every TP rank holds whole) is in :func:`layer_bytes`. The values
@@ -289,6 +292,11 @@ def stage_memory(
         micro_batch=micro_batch, kept=kept, copies=copies, stashed_versions=stashed_versions
     )
     parts = {k: float(v.sum()) for k, v in sums.items()}
+    if tied_params:
+        elem = DTYPE_BYTES[dtype]
+        parts["weights"] += tied_params * elem * weight_scale(dtype)
+        parts["grads"] += tied_params * elem * grad_scale(dtype)
+        parts["optimizer"] += tied_params * OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES
     kept_in = 0.0
     if recompute and layers:
         stage_in = layers[0].saved_bytes if input_bytes is None else input_bytes

@@ -183,7 +183,7 @@ def _assemble(
         notes.append(f"never executed, left out: {', '.join(skipped)}")
     owned = _param_owners(module, [m for _, m in ran], notes)
     layers = tuple(
-        _layer_info(name, stats, owned[i], batch, _shared(mod, owned[i]))
+        _layer_info(name, stats, owned[i], batch, _shared(mod, owned, i))
         for i, ((name, mod), stats) in enumerate(zip(ran, state.stats, strict=False))
     )
     layers = _with_tp_facts(module, layers, DTYPES[dtype].itemsize, notes)
@@ -217,19 +217,27 @@ def _param_owners(
     return owned
 
 
-def _shared(module: nn.Module, owned: list[torch.Tensor]) -> int:
-    """Parameters ``module`` uses that another layer owns (tied weights)."""
-    mine = {id(p) for p in owned}
-    return sum(p.numel() for p in module.parameters() if p.requires_grad and id(p) not in mine)
+def _shared(module: nn.Module, owned: list[list[torch.Tensor]], i: int) -> tuple[int, int]:
+    """Parameters layer ``i`` (``module``) uses that another layer owns (tied weights), and
+    the index of the earliest such owner (-1: none)."""
+    mine = {id(p) for p in owned[i]}
+    foreign = [p for p in module.parameters() if p.requires_grad and id(p) not in mine]
+    owners = [j for j, ps in enumerate(owned) if any(q is p for p in foreign for q in ps)]
+    return sum(p.numel() for p in foreign), min(owners, default=-1)
 
 
 def _layer_info(
-    name: str, st: LayerStats, params: list[torch.Tensor], batch: int, shared: int = 0
+    name: str,
+    st: LayerStats,
+    params: list[torch.Tensor],
+    batch: int,
+    shared: tuple[int, int] = (0, -1),
 ) -> LayerInfo:
     sizes = tuple(p.numel() * p.element_size() for p in params)
     return LayerInfo(
         name=name,
-        shared_params=shared,
+        shared_params=shared[0],
+        shared_owner=shared[1] if shared[0] else -1,
         fwd_flops=st.fwd_flops / batch,
         bwd_flops=st.bwd_flops / batch,
         fwd_conv_flops=st.fwd_conv_flops / batch,

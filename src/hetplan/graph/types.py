@@ -50,6 +50,10 @@ class LayerInfo:
     """Trainable parameters owned by the layer."""
     shared_params: int = 0
     """Trainable parameters the layer uses but an earlier layer owns (a tied weight)."""
+    shared_owner: int = -1
+    """Index (in ``ModelGraph.layers``) of the earliest layer owning those parameters; -1
+    when ``shared_params`` is 0. A pipeline stage that does not hold that layer keeps a copy
+    of the tied weight (:mod:`hetplan.cost.ties`)."""
     param_bytes: int
     """Bytes of those parameters in the model dtype."""
     param_tensor_bytes: tuple[int, ...] = ()

@@ -14,6 +14,7 @@ from hetplan.cost.memory import (
     is_gpu,
     stashed_weight_versions,
 )
+from hetplan.cost.ties import tie_sync_s
 from hetplan.plan.closed_form import StageCosts
 from hetplan.plan.context import Context, SlotKey
 from hetplan.plan.partition import Partition, partition_fast
@@ -58,12 +59,16 @@ def stage_costs(
     slowest replica's forward, backward, cut and optimizer step per stage."""
     n = len(ranges)
     fwd, bwd, cut, opt = [0.0] * n, [0.0] * n, [0.0] * max(n - 1, 0), [0.0] * n
+    closed = [(i, j - 1) for i, j in ranges]
     for slots, micro in replicas:
+        devs = [members(slot) for slot in slots]
         for k, ((i, j), slot) in enumerate(zip(ranges, slots, strict=True)):
             f, b = ctx.pricing.layers(slot, micro)
             fwd[k] = max(fwd[k], float(f[i:j].sum()))
             bwd[k] = max(bwd[k], float(b[i:j].sum()))
-            opt[k] = max(opt[k], ctx.pricing.optimizer_s(slot, i, j, ctx.optimizer))
+            # The optimizer step, after the tied weights' gradients arrive (cost.ties).
+            tie = tie_sync_s(ctx.graph, ctx.pricing.cluster, closed, devs, k, len(devs[k]))
+            opt[k] = max(opt[k], ctx.pricing.optimizer_s(slot, i, j, ctx.optimizer) + tie)
             if k + 1 < n:
                 cut[k] = max(cut[k], ctx.pricing.cut_s(slot, slots[k + 1], j - 1, micro))
     return StageCosts(fwd=tuple(fwd), bwd=tuple(bwd), cut=tuple(cut), opt=tuple(opt))

@@ -15,6 +15,7 @@ from hetplan.cost.memory import (
     stage_memory,
     stashed_weight_versions,
 )
+from hetplan.cost.ties import stage_tied_params
 from hetplan.graph.types import ModelGraph
 from hetplan.planspec.plan import Plan
 from hetplan.units import fmt_bytes
@@ -67,6 +68,7 @@ def plan_memory(
                     bucket_bytes=bucket_bytes[s] if sync else 0.0,
                     framework_bytes=framework_overhead_bytes(is_gpu(dev.type)),
                     received_bytes=float(graph.cut_bytes[lo - 1]) if lo > 0 else 0.0,
+                    tied_params=stage_tied_params(graph, ranges[p], s, plan.tp),
                 )
                 out[dev_id] = DeviceMemory(
                     breakdown=mem,

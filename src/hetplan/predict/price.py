@@ -33,6 +33,7 @@ from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import comm
 from hetplan.cost.comm_buckets import first_bucket
 from hetplan.cost.memory import is_gpu, optimizer_step_s, tp_grad_tensor_bytes
+from hetplan.cost.ties import tie_sync_s
 from hetplan.cost.tp import tp_comm_times, tp_traffic
 from hetplan.cost.tp_compute import tp_rank_costs
 from hetplan.cost.types import ComputeModel
@@ -198,6 +199,7 @@ def price(
         stages: list[StageWork] = []
         cuts: list[CutWork] = []
         tp_bytes.append([])
+        stage_devices = [stage.devices for stage in pipe.stages]
         for s, stage in enumerate(pipe.stages):
             lo, hi = ranges[p][s]
             tp_bytes[p].append(_tp_bytes(plan, graph.layers[lo : hi + 1], graph.dtype, mb))
@@ -205,6 +207,7 @@ def price(
             fwd, bwd, opt, src = _stage_compute(
                 plan, graph, cluster, compute, devs, ranges[p][s], mb
             )
+            opt += tie_sync_s(graph, cluster, ranges[p], stage_devices, s, plan.tp)
             sources |= src
             parts, _ = split_backward(bwd, stage_buckets[s]) if sync else ((), [])
             if sync and not any(is_gpu(d.type) for d in devs):
