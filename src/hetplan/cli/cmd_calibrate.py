@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
+from hetplan.cli.cmd_profile import _fail, check_store
 from hetplan.cli.output import console, print_json
-from hetplan.cli.paths import check_output, check_output_dir
 from hetplan.cli.status import working
 from hetplan.errors import HetplanError, InputError
 from hetplan.serde import to_data
@@ -22,11 +21,6 @@ if TYPE_CHECKING:
 
 CLASSES = ("matmul", "conv", "conv_grouped", "attention", "memory")  # graph.types.OP_CLASSES
 DTYPES = ("fp32", "bf16", "fp16")
-
-
-def _fail(err: HetplanError) -> typer.Exit:
-    print(f"hetplan: error: {err}", file=sys.stderr)
-    return typer.Exit(2)
 
 
 def parse_classes(text: str | None) -> tuple[str, ...]:
@@ -105,10 +99,7 @@ def calibrate(
     from hetplan.profile.model import device_type_for, torch_device
     from hetplan.profile.timing import thread_scope
 
-    if out is not None and out.suffix == ".json":
-        check_output(out, "--out")
-    elif out is not None:
-        check_output_dir(out, "--out")
+    check_store(out)
     try:
         if dtype not in DTYPES:
             raise InputError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")

@@ -47,8 +47,9 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
     return values
 
 
-def _check_store(out: Path | None) -> None:
-    """``--out`` of ``profile``: a writable JSON file or store folder, before measuring."""
+def check_store(out: Path | None) -> None:
+    """``--out`` of ``profile`` and ``calibrate``: a writable JSON file or store folder,
+    checked before measuring."""
     if out is not None and out.suffix == ".json":
         check_output(out, "--out")
     elif out is not None:
@@ -130,7 +131,7 @@ def profile(
     """Measure forward and backward time of every layer on a local device and store it."""
     from hetplan.profile.model import ProfileRequest, profile_model
 
-    _check_store(out)
+    check_store(out)
     try:
         if threads is None and device == "cpu":
             threads = 1  # the catalog's ``cpu`` type is one core
@@ -207,7 +208,7 @@ def import_profile(
     from hetplan.serde import write_json_atomic
 
     try:
-        _check_store(out)  # before the work (tracing the model)
+        check_store(out)  # before the work (tracing the model)
         with working(f"reading {file}", quiet=json_out):
             profiles = import_file(file, model, dataset=dataset, depth=depth)
         paths = _import_targets(profiles, out)
