@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.model import ZooSource
 from hetplan.run.reference import reference_run
 from hetplan.run.train import Training, run_plan

@@ -18,7 +18,7 @@ from hetplan.graph import build_graph
 from hetplan.plan.objective import parse_objective
 from hetplan.plan.search import SearchOptions, search
 from hetplan.plan.stamp import cluster_digest
-from hetplan.plan.types import ModelRef, Plan
+from hetplan.planspec import ModelRef, Plan
 from hetplan.serde import from_data, load_file
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"

@@ -141,7 +141,7 @@ def test_screened_tensor_parallel_plans_run(
     from hetplan.plan.options import SearchOptions
     from hetplan.plan.pricing import Pricing
     from hetplan.plan.screen import screen
-    from hetplan.plan.types import ModelRef
+    from hetplan.planspec import ModelRef
     from hetplan.serde import to_data
 
     cluster_path = CLUSTERS / "local-cpu-4on2.yaml"

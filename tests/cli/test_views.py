@@ -28,7 +28,7 @@ from hetplan.graph.types import ModelGraph
 from hetplan.plan.context import Candidate
 from hetplan.plan.objective import Metrics, Objective
 from hetplan.plan.search import Ranked, Ranking
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan, Strategy
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan, Strategy
 from hetplan.predict import predict
 from hetplan.units import fmt_joules, fmt_seconds
 

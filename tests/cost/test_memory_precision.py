@@ -23,7 +23,7 @@ from hetplan.cost.memory import (
 from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.plan.candidates import grad_bytes
 from hetplan.plan.pricing import Pricing
-from hetplan.plan.types import ModelRef, Plan
+from hetplan.planspec import ModelRef, Plan
 from hetplan.predict import plan_from_options, predict
 from hetplan.predict.check import stage_ranges
 from hetplan.predict.price import PricedPlan, price

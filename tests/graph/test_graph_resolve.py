@@ -10,7 +10,7 @@ import torch
 
 from hetplan.errors import ModelError
 from hetplan.graph import build_graph, resolve_model
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 
 MODELS = """
 import torch

@@ -33,7 +33,7 @@ from hetplan.plan.candidates import (
 )
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.pricing import Pricing
-from hetplan.plan.types import ModelRef, Plan
+from hetplan.planspec import ModelRef, Plan
 from hetplan.predict import predict
 from hetplan.serde import from_data, to_data
 

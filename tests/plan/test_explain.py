@@ -14,7 +14,7 @@ from hetplan.graph import build_graph
 from hetplan.plan.explain import reasons
 from hetplan.plan.objective import Objective, parse_objective
 from hetplan.plan.search import Ranking, SearchOptions, search
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 

@@ -17,7 +17,7 @@ from hetplan.graph.types import ModelGraph
 from hetplan.plan.objective import Limits, parse_objective
 from hetplan.plan.search import Ranking, SearchOptions, search
 from hetplan.plan.stamp import check_cluster, cluster_digest, stamped
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 REF = ModelRef(name="gpt-tiny")

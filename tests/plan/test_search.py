@@ -17,7 +17,7 @@ from hetplan.graph import build_graph
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.objective import Limits, Objective, parse_objective
 from hetplan.plan.search import Ranking, SearchOptions, search
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 from hetplan.predict import predict
 from hetplan.serde import to_data
 
@@ -276,7 +276,7 @@ def test_progress_reports_both_phases() -> None:
 
 def test_unrunnable_plans_cannot_win() -> None:
     from hetplan.plan.search import unrunnable
-    from hetplan.plan.types import PipelinePlan, Plan, StagePlan
+    from hetplan.planspec import PipelinePlan, Plan, StagePlan
 
     def plan(strategy: str, batch: int, m: int) -> Plan:
         stages = [StagePlan(layers=["a"], devices=["x"]), StagePlan(layers=["b"], devices=["y"])]

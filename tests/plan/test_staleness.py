@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hetplan.plan.staleness import is_asynchronous, staleness_of, staleness_text
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan, Strategy
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan, Strategy
 from hetplan.schedule.pipeline import Op, insert_optimizer, stage_order
 
 

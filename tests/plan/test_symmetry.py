@@ -43,7 +43,7 @@ from hetplan.plan.pricing import Pricing
 from hetplan.plan.replicas import expand, split_groups
 from hetplan.plan.search import search
 from hetplan.plan.subsets import dp_of, subset_space
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 FAST = Link(kind="nvlink", bandwidth=100e9, latency_s=1e-6)

@@ -19,7 +19,7 @@ from hetplan.plan.pricing import Pricing
 from hetplan.plan.screen import screen
 from hetplan.plan.search import search, unrunnable
 from hetplan.plan.tp import has_tp_units, splits_at
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "local-cpu-4on2.yaml"
 BATCH = 16

@@ -10,7 +10,7 @@ import pytest
 from hetplan.cluster import load_cluster
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 from hetplan.predict import plan_from_options, predict
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"

@@ -9,7 +9,7 @@ from predict_synthetic import FixedCompute, cluster, graph
 
 from hetplan.cluster.spec import Device
 from hetplan.graph.types import ModelGraph
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.predict import predict
 
 OPT_S = 0.004  # s: the stub's measured SGD step of the whole model

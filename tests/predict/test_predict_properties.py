@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from predict_synthetic import FixedCompute, cluster, graph
 
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 from hetplan.predict import plan_from_options, predict
 
 G = graph(8, params=500_000, cut=1000, saved=4000)

@@ -8,7 +8,7 @@ import pytest
 from predict_synthetic import FixedCompute, cluster, graph
 
 from hetplan.cluster.spec import Cluster
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.predict import predict
 from hetplan.predict.sharing import busy_overlap, core_groups
 from hetplan.simulate.timeline import Op

@@ -10,7 +10,7 @@ from predict_synthetic import BWD_PER_SAMPLE, FWD_PER_SAMPLE, FixedCompute, clus
 
 from hetplan.cost import comm
 from hetplan.errors import InputError
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.predict import plan_from_options, predict
 
 REF = ModelRef(name="syn")

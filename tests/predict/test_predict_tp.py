@@ -15,7 +15,7 @@ from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.pricing import Pricing
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.predict.memory import plan_memory
 from hetplan.predict.price import _stage_compute, stage_tp_comm
 

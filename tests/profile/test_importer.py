@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from hetplan.cli.cmd_profile import register
 from hetplan.cluster import load_cluster
 from hetplan.graph import build_graph
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.predict import predict
 from hetplan.profile.measured import MeasuredCompute
 from hetplan.profile.select import compute_model

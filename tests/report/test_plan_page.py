@@ -15,7 +15,7 @@ import pytest
 from hetplan.cluster import load_cluster
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
-from hetplan.plan.types import ModelRef, Plan
+from hetplan.planspec import ModelRef, Plan
 from hetplan.predict import Prediction, plan_from_options, predict
 from hetplan.report.plan_page import render_plan_page, write_plan_page
 from hetplan.report.plan_page_data import (

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from hetplan.errors import InputError
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run import data as data_mod
 from hetplan.run.data import DatasetFeed, Shares, SyntheticFeed, load_data, make_feed
 from hetplan.run.model import MLPSource

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hetplan.cluster import load_cluster
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.measure import summarize
 from hetplan.run.train import with_energy
 from hetplan.run.tune import idle_watts

@@ -9,7 +9,7 @@ import pytest
 
 from hetplan.cli.main import main
 from hetplan.cluster import load_cluster
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.train import predict_plan
 from hetplan.serde import load_file
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_run_fidelity import _source, make_plan
 
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.reference import reference_run
 from hetplan.run.reference_delayed import delayed_reference_run, stage_versions
 from hetplan.run.train import run_plan

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.checkpoint import FAULT_ENV, LATEST, find_checkpoint, read_info, step_dir
 from hetplan.run.launch import RunError
 from hetplan.run.model import ZooSource, layer_names

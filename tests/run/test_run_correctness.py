@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from run_entries import TiedSource
 
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.model import MLPSource, ModelSource
 from hetplan.run.reference import reference_step
 from hetplan.run.train import run_plan

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.model import ZooSource, layer_names
 from hetplan.run.reference import reference_run
 from hetplan.run.train import run_plan

@@ -12,7 +12,7 @@ import pytest
 from hetplan.cluster import load_cluster
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.predict import predict
 from hetplan.run.train import run_plan
 from hetplan.schedule.types import Action

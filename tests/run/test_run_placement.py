@@ -10,7 +10,7 @@ import torch
 
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.launch import launch_local
 from hetplan.run.model import ZooSource, layer_names
 from hetplan.run.placement import check_local_devices, job_backend, rank_devices

@@ -13,7 +13,7 @@ import torch
 from test_run_fidelity import _source, check_same_training, make_plan
 from torch import nn
 
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.ps import hosted_params
 from hetplan.run.reference_ps import replay_async_ps
 from hetplan.run.train import run_plan

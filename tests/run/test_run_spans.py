@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.measure import ActionSpan, summarize
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from test_run_fidelity import _source, check_same_training, make_plan
 
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.checkpoint import step_dir
 from hetplan.run.reference import reference_run
 from hetplan.run.train import Training, run_plan

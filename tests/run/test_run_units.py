@@ -13,7 +13,7 @@ import pytest
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
 from hetplan.graph.split import split_program
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run._agent import describe_failure
 from hetplan.run._rank import is_peer_loss
 from hetplan.run.commands import node_commands, node_run

@@ -13,7 +13,7 @@ from hetplan.cli.main import main
 from hetplan.cluster import load_cluster
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.predict import predict
 from hetplan.profile.importer import import_file
 from hetplan.profile.measured import MeasuredCompute

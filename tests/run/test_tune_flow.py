@@ -12,7 +12,7 @@ import pytest
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
 from hetplan.plan.objective import Objective
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run import tune as tune_mod
 from hetplan.run.launch import RunError
 from hetplan.run.measure import Measurement

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
 from hetplan.plan.objective import Limits, Metrics, Objective
-from hetplan.plan.types import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.tune import (
     TuneSettings,
     _best_time,

@@ -12,7 +12,7 @@ from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.objective import parse_objective
 from hetplan.plan.search import Ranking, SearchOptions, search
-from hetplan.plan.types import ModelRef, Plan
+from hetplan.planspec import ModelRef, Plan
 from hetplan.predict import plan_from_options
 from hetplan.run.model import source_for
 from hetplan.run.train import check_plan

@@ -30,7 +30,7 @@ from hetplan.cluster import Cluster, load_cluster
 from hetplan.cost.types import ComputeModel
 from hetplan.graph import build_graph
 from hetplan.graph.types import OP_CLASSES, ModelGraph
-from hetplan.plan.types import ModelRef, Plan
+from hetplan.planspec import ModelRef, Plan
 from hetplan.predict import Prediction, predict
 from hetplan.profile.calib_store import calibration_path, save_calibration
 from hetplan.profile.calibrate import calibrate

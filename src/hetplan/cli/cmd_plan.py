@@ -25,7 +25,7 @@ from hetplan.plan.objective import Limits, Objective, pareto_front, parse_object
 from hetplan.plan.options import FAMILIES, RUNNABLE, SearchOptions, check_batch
 from hetplan.plan.staleness import ASYNCHRONOUS_FAMILIES, is_asynchronous
 from hetplan.plan.stamp import stamped
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 from hetplan.serde import to_data, write_json_atomic
 
 # The search, tracer and profiles (torch) load inside the functions that use them:

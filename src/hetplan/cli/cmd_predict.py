@@ -18,7 +18,7 @@ from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.plan.options import check_batch
 from hetplan.plan.stamp import check_cluster, stamped
-from hetplan.plan.types import ModelRef, Plan
+from hetplan.planspec import ModelRef, Plan
 from hetplan.schedule import format_grid
 from hetplan.serde import load_file, to_data, write_json_atomic
 

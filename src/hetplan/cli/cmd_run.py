@@ -18,7 +18,7 @@ from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.plan.stamp import check_cluster
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.commands import node_commands, node_run
 from hetplan.run.launch import NodeRun, RunError
 from hetplan.run.layout import run_devices

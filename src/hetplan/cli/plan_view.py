@@ -16,7 +16,7 @@ from rich.table import Table
 from hetplan.cli.output import console
 from hetplan.plan.search import Ranked, Ranking
 from hetplan.plan.staleness import is_asynchronous, staleness_of, staleness_text
-from hetplan.plan.types import PIPELINED, PipelinePlan, Plan
+from hetplan.planspec import PIPELINED, PipelinePlan, Plan
 from hetplan.predict import DevicePrediction
 from hetplan.serde import to_data
 from hetplan.units import (

@@ -66,7 +66,7 @@ def select_layers(model: nn.Module, depth: int) -> list[tuple[str, nn.Module]]:
 
 
 class ModelRefLike(Protocol):
-    """What :func:`build_graph` reads from a :class:`hetplan.plan.types.ModelRef`."""
+    """What :func:`build_graph` reads from a :class:`hetplan.planspec.ModelRef`."""
 
     name: str
     dataset: str | None
@@ -82,7 +82,7 @@ def build_graph(
     dtype: str = "fp32",
 ) -> ModelGraph:
     """Extract the layer graph of ``model``: a name (zoo, ``file.py:fn``, ``pkg.mod:fn``), a
-    :class:`hetplan.plan.types.ModelRef` (its dataset/depth/dtype win over the arguments'
+    :class:`hetplan.planspec.ModelRef` (its dataset/depth/dtype win over the arguments'
     defaults) or a :class:`BuiltModel`. Results are cached per argument tuple in memory and,
     for zoo models, on disk (see :mod:`hetplan.graph.cache`)."""
     if isinstance(model, BuiltModel):

@@ -1,6 +1,6 @@
 """Check a plan against a model graph and a cluster before pricing it.
 
-The plan's own structure is checked when it is built (:mod:`hetplan.plan.types`); here we check
+The plan's own structure is checked when it is built (:mod:`hetplan.planspec`); here we check
 what needs the model and the cluster: each pipeline's stages cover every layer exactly once in
 model order, every device id exists, and the parameter-server hosts exist. Errors are
 :class:`~hetplan.errors.InputError` naming the plan field.

@@ -31,7 +31,7 @@ from hetplan.serde import write_text_atomic
 if TYPE_CHECKING:
     from plotly.graph_objects import Figure
 
-    from hetplan.plan.types import Plan
+    from hetplan.planspec import Plan
     from hetplan.predict.predict import Prediction
 
 __all__ = ["ParetoPoint", "render_plan_page", "write_plan_page"]

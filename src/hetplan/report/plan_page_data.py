@@ -18,7 +18,7 @@ from hetplan.schedule.types import res_devices
 from hetplan.units import fmt_bytes, fmt_seconds
 
 if TYPE_CHECKING:
-    from hetplan.plan.types import Plan
+    from hetplan.planspec import Plan
     from hetplan.predict.predict import Prediction
 
 MAX_ROWS = 64

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.launch import NodeRun
 from hetplan.run.layout import run_devices
 from hetplan.serde import to_data

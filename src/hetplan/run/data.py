@@ -28,7 +28,7 @@ from torch.utils.data import Dataset, IterableDataset, default_collate
 
 from hetplan.errors import InputError
 from hetplan.graph.resolve import load_function
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.model import ModelSource, data_seed
 
 LossFn = Callable[[Any, torch.Tensor], torch.Tensor]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from hetplan.errors import InputError
 from hetplan.plan.staleness import is_asynchronous
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.planspec.strategies import RUNNABLE as EXECUTABLE
 
 

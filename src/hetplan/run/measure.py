@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.serde import to_data, write_json_atomic
 
 DEFAULT_OUT_DIR = Path("out")

@@ -23,7 +23,7 @@ from hetplan.graph import build_module, loss_function, resolve_model, synthetic_
 from hetplan.graph.extract import select_layers
 from hetplan.graph.meta import build_on_meta
 from hetplan.graph.split import execution_order
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 from hetplan.run.materialize import record
 from hetplan.run.precision import PRECISIONS
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.layout import run_devices
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hetplan.cost.comm_buckets import ddp_buckets, first_bucket
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.predict.predict import build_schedule
 from hetplan.predict.price import PricedPlan, split_backward
 from hetplan.schedule.types import Action, Schedule

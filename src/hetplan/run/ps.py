@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hetplan.cost.comm_ps import assign_ps_shards
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.executor import Executor
 from hetplan.run.layout import run_devices
 from hetplan.schedule.types import Action

@@ -27,7 +27,7 @@ from torch import nn
 
 from hetplan.graph.split import SplitProgram, split_program, stage_state
 from hetplan.graph.tp_units import TpLayout
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run import p2p
 from hetplan.run.executor import StageIO
 from hetplan.run.gradsync import BucketSync, Recorder, TieSync

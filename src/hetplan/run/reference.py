@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.checkpoint import CheckpointInfo, load_checkpoint
 from hetplan.run.data import make_feed
 from hetplan.run.model import ModelSource, canonical_names

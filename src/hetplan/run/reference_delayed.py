@@ -17,7 +17,7 @@ from torch import nn
 from torch.func import functional_call
 
 from hetplan.graph.split import split_program
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.data import make_feed
 from hetplan.run.model import ModelSource, canonical_names
 from hetplan.run.precision import LossScaler, autocast

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.data import Feed, make_feed
 from hetplan.run.model import ModelSource
 from hetplan.run.ps import hosted_params

@@ -38,7 +38,7 @@ from torch.distributed.tensor.parallel import (
 
 from hetplan.errors import InputError
 from hetplan.graph.tp_units import TpLayout, tp_layout
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 
 
 def local(t: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,7 @@ from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.graph.split import split_program
 from hetplan.graph.tp_units import TpLayout
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.checkpoint import find_checkpoint, read_info
 from hetplan.run.data import canonical_ref, load_data
 from hetplan.run.energy import modelled_energy_j

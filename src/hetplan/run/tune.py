@@ -25,7 +25,7 @@ from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import power as pw
 from hetplan.errors import InputError
 from hetplan.plan.objective import Limits, Metrics, Objective
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run.launch import RunError
 from hetplan.run.layout import run_devices
 from hetplan.run.measure import Measurement, with_prediction

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.run import p2p
 from hetplan.run.checkpoint import (
     CheckpointInfo,

@@ -28,7 +28,7 @@ from hetplan.cluster.spec import Cluster
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.staleness import is_asynchronous
-from hetplan.plan.types import Plan
+from hetplan.planspec import Plan
 from hetplan.profile.fit import Stats, summarize
 from hetplan.profile.importer import ONE_SIZE, ZERO, exact, fit_batches, one_size_note
 from hetplan.profile.measured import best_profiles
