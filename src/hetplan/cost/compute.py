@@ -164,9 +164,20 @@ class AnalyticalCompute:
         self, graph: ModelGraph, device: Device, batch: float
     ) -> tuple[FloatArray, FloatArray]:
         rates = self.class_rates(device)
-        fwd = [pass_time(x, False, batch, FWD_WEIGHT_PASSES, rates) for x in graph.layers]
-        bwd = [pass_time(x, True, batch, BWD_WEIGHT_PASSES, rates) for x in graph.layers]
-        return np.array(fwd) / device.speed, np.array(bwd) / device.speed
+        # Identical layers (a transformer's blocks) have equal work: each priced once.
+        memo: dict[tuple[object, ...], tuple[float, float]] = {}
+        out = []
+        for x in graph.layers:
+            key = (x.work, x.param_bytes)
+            hit = memo.get(key)
+            if hit is None:
+                hit = memo[key] = (
+                    pass_time(x, False, batch, FWD_WEIGHT_PASSES, rates),
+                    pass_time(x, True, batch, BWD_WEIGHT_PASSES, rates),
+                )
+            out.append(hit)
+        times = np.array(out, dtype=np.float64).reshape(len(out), 2) / device.speed
+        return times[:, 0].copy(), times[:, 1].copy()
 
     def _roofline_times(
         self, graph: ModelGraph, device: Device, batch: float
