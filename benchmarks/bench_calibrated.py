@@ -22,7 +22,7 @@ from hetplan.cluster.spec import Device
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
 from hetplan.graph.types import OP_CLASSES, ModelGraph
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 from hetplan.profile.calibrate import calibrate
 from hetplan.profile.fit import fit_linear
 from hetplan.profile.model import ProfileRequest, profile_model

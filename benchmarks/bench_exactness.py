@@ -62,7 +62,7 @@ from hetplan.plan.context import Candidate, Context
 from hetplan.plan.exhaustive import exhaustive_search
 from hetplan.plan.objective import Objective, parse_objective
 from hetplan.plan.search import Ranked, Ranking, SearchOptions, make_context, search
-from hetplan.plan.types import ModelRef, Plan
+from hetplan.planspec import ModelRef, Plan
 from hetplan.predict import Prediction
 from hetplan.serde import to_data
 

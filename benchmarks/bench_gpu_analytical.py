@@ -20,7 +20,7 @@ import numpy as np
 from hetplan.cluster import Device, device_type
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 from hetplan.profile.measured import MeasuredCompute
 from hetplan.profile.store import load_profile
 

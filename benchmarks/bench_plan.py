@@ -30,7 +30,7 @@ from hetplan.cost.compute import AnalyticalCompute  # noqa: E402
 from hetplan.graph import build_graph  # noqa: E402
 from hetplan.plan.objective import parse_objective  # noqa: E402
 from hetplan.plan.search import SearchOptions, search  # noqa: E402
-from hetplan.plan.types import ModelRef  # noqa: E402
+from hetplan.planspec import ModelRef  # noqa: E402
 
 IMPORT_S = time.perf_counter() - T0
 CLUSTERS = Path(__file__).resolve().parent.parent / "examples" / "clusters"

@@ -13,7 +13,7 @@ from pathlib import Path
 from hetplan.cluster import load_cluster
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
-from hetplan.plan.types import ModelRef
+from hetplan.planspec import ModelRef
 from hetplan.predict import plan_from_options, predict
 from hetplan.schedule import CutWork, PipelineWork, StageWork, SyncBucket, synchronous, wsp
 from hetplan.schedule.types import Schedule
