@@ -77,7 +77,8 @@ def pass_time(
             total += _memory_time(w, batch, extra, rates)
         else:
             intensity = shape.get(w.op_class, _intensity(w))
-            total += _compute_time(w, batch, weights * w.flops / flops, intensity, rates)
+            share = w.flops / flops if flops > 0 else 0.0  # weights go with the FLOPs
+            total += _compute_time(w, batch, weights * share, intensity, rates)
     if not works and weights > 0:
         total += weights / rates.bandwidth
     return total
