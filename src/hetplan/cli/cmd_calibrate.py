@@ -12,6 +12,8 @@ from hetplan.cli.cmd_profile import _fail, check_store
 from hetplan.cli.output import console, print_json
 from hetplan.cli.status import working
 from hetplan.errors import HetplanError, InputError
+from hetplan.graph.types import OP_CLASSES
+from hetplan.planspec.dtypes import TRAINING_DTYPES
 from hetplan.serde import to_data
 
 # torch loads inside the command: `hetplan --help` stays quick.
@@ -19,8 +21,7 @@ from hetplan.serde import to_data
 if TYPE_CHECKING:
     from hetplan.cost.calibration import Calibration
 
-CLASSES = ("matmul", "conv", "conv_grouped", "attention", "memory")  # graph.types.OP_CLASSES
-DTYPES = ("fp32", "bf16", "fp16")
+CLASSES = OP_CLASSES
 
 
 def parse_classes(text: str | None) -> tuple[str, ...]:
@@ -93,7 +94,7 @@ def calibrate(
     sizes, and store it with the profiles: the analytical model then prices every layer of any
     model on this device type from its kernels' classes and sizes."""
     from hetplan.cluster.catalog import DEVICE_CATALOG
-    from hetplan.profile.calib_store import save_calibration, write_calibration
+    from hetplan.profile.calib_store import store_calibration
     from hetplan.profile.calibrate import Settings
     from hetplan.profile.calibrate import calibrate as measure
     from hetplan.profile.model import device_type_for, torch_device
@@ -101,8 +102,9 @@ def calibrate(
 
     check_store(out)
     try:
-        if dtype not in DTYPES:
-            raise InputError(f"--dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
+        if dtype not in TRAINING_DTYPES:
+            names = ", ".join(TRAINING_DTYPES)
+            raise InputError(f"--dtype {dtype!r}: expected one of {names}")
         wanted = parse_classes(classes)
         dev = torch_device(device)
         kind = device_type_for(device_type, dev)
@@ -114,10 +116,7 @@ def calibrate(
             working(f"calibrating {device}", quiet=json_out) as status,
         ):
             cal = measure(kind, dev, dtype, wanted, settings, on_class=status)
-        if out is not None and out.suffix == ".json":
-            path = write_calibration(cal, out)
-        else:
-            path = save_calibration(cal, out)
+        path = store_calibration(cal, out)
     except HetplanError as err:
         raise _fail(err) from None
     except OSError as err:

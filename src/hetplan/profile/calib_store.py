@@ -27,6 +27,13 @@ def save_calibration(cal: Calibration, directory: Path | None = None) -> Path:
     return write_calibration(cal, calibration_path(cal.device_type, cal.dtype, directory))
 
 
+def store_calibration(cal: Calibration, out: Path | None) -> Path:
+    """``--out x.json`` writes that file; any other ``--out`` (or none) is a store folder."""
+    if out is not None and out.suffix == ".json":
+        return write_calibration(cal, out)
+    return save_calibration(cal, out)
+
+
 def write_calibration(cal: Calibration, path: Path) -> Path:
     """Write ``cal`` to an explicit file."""
     path.parent.mkdir(parents=True, exist_ok=True)
