@@ -38,7 +38,7 @@ def _gpipe(optimizer: str) -> Plan:
 
 def _opt_ops(plan: Plan, compute: FixedCompute) -> dict[str, float]:
     pred = predict(plan, graph(4), cluster(2), compute)
-    return {o.device: o.end - o.start for o in pred.timeline.ops() if o.kind == "optimizer"}
+    return {o.device: o.end - o.start for o in pred.timeline.spans() if o.kind == "optimizer"}
 
 
 def test_measured_optimizer_step_per_stage() -> None:

@@ -9,9 +9,9 @@ from predict_synthetic import FixedCompute, cluster, graph
 
 from hetplan.cluster.spec import Cluster
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec.trace import Span
 from hetplan.predict import predict
 from hetplan.predict.sharing import busy_overlap, core_groups
-from hetplan.simulate.timeline import Op
 
 REF = ModelRef(name="syn")
 
@@ -37,18 +37,22 @@ def _plan(strategy: str, stages: list[list[str]], devices: list[str], m: int, b:
 
 
 class _Timeline:
-    def __init__(self, ops: list[Op]) -> None:
-        self._ops = ops
+    def __init__(self, spans: list[Span]) -> None:
+        self._spans = spans
 
-    def ops(self) -> list[Op]:
-        return self._ops
+    def spans(self) -> list[Span]:
+        return self._spans
+
+
+def _op(device: str, kind: str, start: float, end: float) -> Span:
+    return Span(device=device, kind=kind, stage=0, microbatch=0, start=start, end=end)
 
 
 def test_overlap_weighted_by_time() -> None:
     # a computes [0, 2], b computes [1, 3]: each is alone half of its time, together the
     # other half, so k = (1 * 1 + 1 * 2) / 2 = 1.5 for both
-    ops = [Op("a", "fwd", 0, 0, 0.0, 2.0), Op("b", "bwd", 0, 0, 1.0, 3.0),
-           Op("c", "fwd", 0, 0, 0.0, 3.0), Op("a", "send", 0, 0, 2.0, 9.0)]  # fmt: skip
+    ops = [_op("a", "fwd", 0.0, 2.0), _op("b", "bwd", 1.0, 3.0),
+           _op("c", "fwd", 0.0, 3.0), _op("a", "send", 2.0, 9.0)]  # fmt: skip
     k = busy_overlap(_Timeline(ops), ["a", "b"])  # type: ignore[arg-type]
     assert k == pytest.approx({"a": 1.5, "b": 1.5})
 

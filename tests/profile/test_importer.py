@@ -99,7 +99,7 @@ def test_imported_costs_price_a_one_device_plan(tmp_path: Path, fmt: str) -> Non
     pred = predict(plan, graph, load_cluster(LOCAL), compute_model("fp32", directory=store))
     assert pred.cost_source == "measured on cpu"
     hand = sum(f + b for f, b in TIMES.values())
-    ops = list(pred.timeline.ops())
+    ops = list(pred.timeline.spans())
     compute = sum(o.end - o.start for o in ops if o.kind in ("fwd", "bwd"))
     assert compute == pytest.approx(hand, rel=1e-12)
     # The one thing predict adds to a single device's step: the optimizer step, which the file

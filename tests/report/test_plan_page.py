@@ -72,7 +72,7 @@ def _expected_bars(pred: Prediction) -> Counter[str]:
 def test_bars_per_kind_match_the_timeline(planned: tuple[Plan, Prediction]) -> None:
     _, pred = planned
     g = gantt_data(pred)
-    ops = pred.timeline.ops()
+    ops = pred.timeline.spans()
     assert {o.kind for o in ops} == {"fwd", "bwd", "send", "allreduce", "optimizer"}
     assert Counter(b.kind for b in g.bars) == _expected_bars(pred)
     assert g.total_bars == len(g.bars) == sum(_expected_bars(pred).values())
@@ -102,7 +102,7 @@ def test_hover_names_stage_layers_microbatch_and_bytes(
     plan, pred = planned
     g = gantt_data(pred, layers=stage_layers(plan))
     first_stage = plan.pipelines[0].stages[0].layers
-    fwd = next(b for b in g.bars if b.kind == "fwd" and pred.timeline.ops()[b.op].stage == 0)
+    fwd = next(b for b in g.bars if b.kind == "fwd" and pred.timeline.spans()[b.op].stage == 0)
     assert fwd.hover.startswith("<b>forward</b>")
     assert f"{first_stage[0]} … {first_stage[-1]} ({len(first_stage)} layers)" in fwd.hover
     assert "micro-batch " in fwd.hover and "duration " in fwd.hover

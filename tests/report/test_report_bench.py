@@ -5,16 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from hetplan.bench.report import GANTT, PARETO, SCATTER, write_report
-from hetplan.bench.types import PLANNER, CaseResult, ParetoPoint, PlannerTiming, Span, SuiteResult
+from hetplan.bench.types import PLANNER, CaseResult, ParetoPoint, PlannerTiming, SuiteResult
+from hetplan.planspec.trace import Span
 from hetplan.report.document import Document
 
 
 def _case(cluster: str, strategy: str, predicted: float, measured: float) -> CaseResult:
     spans = [
-        Span(lane=0, kind="fwd", microbatch=0, start=0.0, end=0.01),
-        Span(lane=1, kind="fwd", microbatch=0, start=0.01, end=0.02),
-        Span(lane=1, kind="bwd", microbatch=0, start=0.02, end=0.04),
-        Span(lane=0, kind="bwd", microbatch=0, start=0.04, end=0.06),
+        Span(device="r0", kind="fwd", microbatch=0, start=0.0, end=0.01),
+        Span(device="r1", kind="fwd", microbatch=0, start=0.01, end=0.02),
+        Span(device="r1", kind="bwd", microbatch=0, start=0.02, end=0.04),
+        Span(device="r0", kind="bwd", microbatch=0, start=0.04, end=0.06),
     ]
     return CaseResult(
         model="m", cluster=cluster, strategy=strategy, label=f"{strategy} plan", ranks=2,

@@ -4,6 +4,7 @@ schedule for the same plan (gpt-tiny, hybrid 2 x 2 and 1F1B with 3 stages, gloo,
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from hetplan.cluster import load_cluster
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec.trace import Span, busy, idle_gaps
 from hetplan.predict import predict
 from hetplan.run.train import run_plan
 from hetplan.schedule.types import Action
@@ -49,14 +51,14 @@ def _simulated(actions: list[Action], dev: str) -> dict[str, list[Key]]:
     }
 
 
-def _executed(trace: list[list[Any]]) -> dict[str, list[Key]]:
-    order = sorted(range(len(trace)), key=lambda i: (trace[i][4], i))
+def _executed(trace: list[Span]) -> dict[str, list[Key]]:
+    order = sorted(range(len(trace)), key=lambda i: (trace[i].start, i))
     rows = [trace[i] for i in order]
     return {
-        "compute": [(k, mb, part) for k, _, mb, part, _, _ in rows if k in COMPUTE],
-        "send": [(s, mb) for k, s, mb, _, _, _ in rows if k == "send"],
-        "recv": [(s, mb) for k, s, mb, _, _, _ in rows if k == "recv"],
-        "allreduce": [(part,) for k, _, _, part, _, _ in rows if k == "allreduce"],
+        "compute": [(s.kind, s.microbatch, s.part) for s in rows if s.kind in COMPUTE],
+        "send": [(s.stage, s.microbatch) for s in rows if s.kind == "send"],
+        "recv": [(s.stage, s.microbatch) for s in rows if s.kind == "recv"],
+        "allreduce": [(s.part,) for s in rows if s.kind == "allreduce"],
     }
 
 
@@ -78,3 +80,27 @@ def test_executed_order_equals_simulated_order(strategy: str, pipelines: int, m:
         assert got == want, f"rank {r['rank']} ({dev})"
         if pipelines > 1:
             assert len(want["allreduce"]) > 1  # the buckets really are several
+
+
+def test_spans_add_up_to_the_step() -> None:
+    """Every rank's spans lie inside its step, its compute stream runs one action at a time,
+    and its compute spans plus the idle gaps between them are exactly the step's time."""
+    layers = [layer.name for layer in build_graph("gpt-tiny").layers]
+    plan = _plan("1f1b", [layers[:2], layers[2:4], layers[4:]], 1, 8, 4)
+    raw = run_plan(plan, cluster=load_cluster(CLUSTER), steps=2)
+    for r in raw:
+        start, end = r["last_step_start"], r["last_step_end"]
+        spans: list[Span] = r["actions"]
+        assert r["timing"] == "host clock"
+        assert r["step_s"][-1] == pytest.approx(end - start)
+        assert all(start <= s.start <= s.end <= end for s in spans), f"rank {r['rank']}"
+        compute = sorted((s for s in spans if s.kind in COMPUTE), key=lambda s: s.start)
+        assert {s.kind for s in compute} == {"fwd", "bwd", "optimizer"}
+        assert all(a.end <= b.start for a, b in itertools.pairwise(compute))
+        gaps = idle_gaps(spans, start, end, r["device"])
+        total = sum(s.duration for s in compute) + sum(g.duration for g in gaps)
+        assert total == pytest.approx(end - start, rel=1e-9, abs=1e-9)
+        assert busy(spans) == pytest.approx(sum(s.duration for s in compute))
+        assert r["forward_s"][-1] == pytest.approx(
+            sum(s.duration for s in compute if s.kind == "fwd")
+        )

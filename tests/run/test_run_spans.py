@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.run.measure import ActionSpan, summarize
+from hetplan.planspec.trace import Span
+from hetplan.run.measure import summarize
 
 
 def test_summarize_aligns_spans_on_the_earliest_rank_start() -> None:
@@ -17,14 +18,16 @@ def test_summarize_aligns_spans_on_the_earliest_rank_start() -> None:
             "rank": r, "device": d, "pipeline": r, "stage": 0, "step_s": [1.0],
             "forward_s": [0.1], "backward_s": [0.2], "optimizer_s": [0.0], "loss": [0.5],
             "peak_memory_bytes": 1, "memory_source": "peak RSS",
-            "last_step_start": 100.0 + r, "actions": [["fwd", 0, 0, -1, 100.5 + r, 100.75 + r]],
+            "last_step_start": 100.0 + r,
+            "actions": [Span(device=d, kind="fwd", stage=0, microbatch=0, start=100.5 + r,
+                             end=100.75 + r)],
         }
         for r, d in enumerate(("x", "y"))
     ]  # fmt: skip
     m = summarize(plan, raw, warmup=0)
     assert m.ranks[0].actions == [
-        ActionSpan(kind="fwd", stage=0, microbatch=0, start=0.5, end=0.75)
+        Span(device="x", kind="fwd", stage=0, microbatch=0, start=0.5, end=0.75)
     ]
     assert m.ranks[1].actions == [
-        ActionSpan(kind="fwd", stage=0, microbatch=0, start=1.5, end=1.75)
+        Span(device="y", kind="fwd", stage=0, microbatch=0, start=1.5, end=1.75)
     ]

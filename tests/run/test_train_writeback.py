@@ -171,7 +171,7 @@ def test_train_writes_back_and_the_next_prediction_uses_it(
     cluster = load_cluster(LOCAL)
     pred = predict(plan, graph, cluster, compute_model("fp32", directory=store))
     assert pred.cost_source == "measured on cpu"
-    ops = [o for o in pred.timeline.ops() if o.iteration == 0]
+    ops = [o for o in pred.timeline.spans() if o.iteration == 0]
     fwd = sum(o.end - o.start for o in ops if o.kind == "fwd")
     bwd = sum(o.end - o.start for o in ops if o.kind == "bwd")
     assert (fwd, bwd) == pytest.approx((rank.forward_s, rank.backward_s), rel=1e-9)

@@ -18,7 +18,7 @@ from hetplan.bench.stats import (
 from hetplan.bench.suite import HETEROGENEOUS, PIPELINES
 from hetplan.bench.targets import target_rows
 from hetplan.bench.types import CaseResult, SuiteResult
-from hetplan.report.charts import Bar, Point, gantt_chart, pareto_chart, scatter_chart
+from hetplan.report.charts import Point, gantt_chart, pareto_chart, scatter_chart
 from hetplan.report.document import Document
 
 SCATTER = "scatter.png"
@@ -42,6 +42,12 @@ def gantt_case(cases: list[CaseResult]) -> CaseResult | None:
     return pipes[0] if pipes else None
 
 
+def _plan_devices(case: CaseResult) -> list[str]:
+    """The plan's devices in rank order (pipelines, then stages), from the plan as data."""
+    pipes = case.plan.get("pipelines", [])
+    return [str(d) for p in pipes for st in p["stages"] for d in st["devices"]]
+
+
 def write_figures(result: SuiteResult, out: Path) -> dict[str, str]:
     """Draw the figures into ``out``; name -> file name of the ones drawn."""
     drawn: dict[str, str] = {}
@@ -51,13 +57,10 @@ def write_figures(result: SuiteResult, out: Path) -> dict[str, str]:
         drawn["scatter"] = SCATTER
     case = gantt_case(result.cases)
     if case is not None:
-        lanes = [f"rank {i}" for i in range(case.ranks)]
-        sim = [Bar(lane=s.lane, kind=s.kind, label=str(s.microbatch), start=s.start, end=s.end)
-               for s in case.simulated]  # fmt: skip
-        mea = [Bar(lane=s.lane, kind=s.kind, label=str(s.microbatch), start=s.start, end=s.end)
-               for s in case.measured]  # fmt: skip
+        devices = _plan_devices(case) or list(dict.fromkeys(s.device for s in case.simulated))
+        rows = [(d, f"rank {i} {d}") for i, d in enumerate(devices)]
         title = f"{case.model} on {case.cluster}: {case.label}"
-        gantt_chart(sim, mea, lanes, out / GANTT, title=title)
+        gantt_chart(case.simulated, case.measured, rows, out / GANTT, title=title)
         drawn["gantt"] = GANTT
     if result.pareto:
         pts = [(p.time_s, p.energy_j, p.on_front) for p in result.pareto]

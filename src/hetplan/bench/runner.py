@@ -23,7 +23,6 @@ from hetplan.bench.types import (
     ParetoPoint,
     PlannerTiming,
     RankMemory,
-    Span,
     SuiteResult,
 )
 from hetplan.cluster import Cluster, load_cluster
@@ -31,6 +30,7 @@ from hetplan.cost.types import ComputeModel
 from hetplan.graph import build_graph
 from hetplan.graph.types import OP_CLASSES, ModelGraph
 from hetplan.planspec import ModelRef, Plan
+from hetplan.planspec.trace import COMPUTE_KINDS, Span
 from hetplan.predict import Prediction, predict
 from hetplan.profile.calib_store import calibration_path, save_calibration
 from hetplan.profile.calibrate import calibrate
@@ -41,13 +41,11 @@ from hetplan.profile.timing import thread_scope
 from hetplan.run.launch import RunError
 from hetplan.run.measure import Measurement, with_predicted_memory
 from hetplan.run.train import measure_plan
-from hetplan.schedule.types import COMPUTE_KINDS
 from hetplan.serde import to_data
 
 Progress = Callable[[str], None]
 PROFILE_CPUS = (0,)
 """The profile is taken alone on one pinned core with one thread: a speed-1 rank's setting."""
-MEASURED_KINDS = {"forward": "fwd", "backward": "bwd"}
 
 
 def profile_sizes(batch: int) -> tuple[int, ...]:
@@ -217,12 +215,9 @@ def run_case(
     except RunError as err:
         result.notes.append(f"{model_key} on {cluster.name} {strategy}: run failed: {err}")
         return None
-    lanes = {d: i for i, d in enumerate(plan.devices)}
     simulated = [
-        Span(lane=lanes[op.device], kind=op.kind, microbatch=op.microbatch, start=op.start,
-             end=op.end)
-        for op in prediction.timeline.ops()
-        if op.kind in COMPUTE_KINDS and op.iteration == 0 and op.device in lanes
+        s for s in prediction.timeline.spans()
+        if s.kind in COMPUTE_KINDS and s.iteration == 0 and s.device in plan.devices
     ]  # fmt: skip
     return CaseResult(
         model=model_key,
@@ -261,13 +256,8 @@ def rank_memory(m: Measurement, prediction: Prediction) -> list[RankMemory]:
 
 
 def measured_spans(m: Measurement) -> list[Span]:
-    """The runtime's forward/backward spans of the last timed step, one lane per rank."""
-    return [
-        Span(lane=r.rank, kind=MEASURED_KINDS.get(a.kind, a.kind), microbatch=a.microbatch,
-             start=a.start, end=a.end)
-        for r in m.ranks
-        for a in r.actions
-    ]  # fmt: skip
+    """The runtime's compute spans of the last timed step, every rank's."""
+    return [a for r in m.ranks for a in r.actions if a.kind in COMPUTE_KINDS]
 
 
 def _time_planner(

@@ -5,20 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetplan.planspec.trace import Span
+
 PLANNER = "planner"
 """Strategy label of the planner's own pick."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Span:
-    """One compute action on one lane (rank) of a timeline, seconds from the step's start."""
-
-    lane: int
-    kind: str
-    """``fwd``, ``bwd`` or ``optimizer`` (simulated), ``fwd``/``bwd`` (measured)."""
-    microbatch: int
-    start: float
-    end: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,7 +50,9 @@ class CaseResult:
     search_s: float | None = None
     """Seconds the planner's search took (planner cases)."""
     simulated: list[Span] = field(default_factory=list)
+    """The simulated compute spans of iteration 0 (the one trace type)."""
     measured: list[Span] = field(default_factory=list)
+    """The executed compute spans of the last timed step."""
     memory: list[RankMemory] = field(default_factory=list)
     """Per rank peak memory (empty in results saved before memory was recorded)."""
     predicted_analytical_s: float | None = None

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from hetplan.cli.output import console
 from hetplan.plan.staleness import is_asynchronous, staleness_text
-from hetplan.report.charts import Bar, gantt_chart
+from hetplan.report.charts import gantt_chart
 from hetplan.run.measure import Measurement, memory_error
 from hetplan.run.writeback import WriteBack
 from hetplan.serde import to_data
@@ -21,27 +21,14 @@ from hetplan.units import BYTES_NOTE, fmt_bytes, fmt_joules, fmt_percent, fmt_se
 
 
 def trace_chart(m: Measurement, timeline: Timeline, path: Path) -> Path:
-    """Draw the simulated iteration (iteration 0) and the last executed step, lane per rank."""
-    roles = m.ranks  # the workers, then any server-only ranks
-    lane = {r.device: r.rank for r in roles}
-    sim = [
-        Bar(lane=lane[op.device], kind=op.kind, label=_label(op.microbatch), start=op.start,
-            end=op.end)
-        for op in timeline.ops()
-        if op.iteration == 0 and op.device in lane
-    ]  # fmt: skip
-    executed = [
-        Bar(lane=r.rank, kind=a.kind, label=_label(a.microbatch), start=a.start, end=a.end)
-        for r in m.ranks
-        for a in r.actions
-    ]
-    lanes = [f"rank {r.rank} {r.device}" for r in roles]
-    title = f"{m.plan.model.name}: {m.plan.strategy}, {plural(len(roles), 'rank')}"
-    return gantt_chart(sim, executed, lanes, path, title=title)
-
-
-def _label(microbatch: int) -> str:
-    return "" if microbatch < 0 else str(microbatch)
+    """Draw the simulated iteration (iteration 0) and the last executed step, a row per rank."""
+    rows = [(r.device, f"rank {r.rank} {r.device}") for r in m.ranks]
+    sim = [s for s in timeline.spans() if s.iteration == 0]
+    executed = [a for r in m.ranks for a in r.actions]
+    timing = sorted({r.timing for r in m.ranks})
+    title = f"{m.plan.model.name}: {m.plan.strategy}, {plural(len(rows), 'rank')}"
+    done = f"executed (last timed step, {', '.join(timing)})"
+    return gantt_chart(sim, executed, rows, path, title=title, measured_title=done)
 
 
 def print_report(

@@ -104,7 +104,7 @@ class Prediction:
                     "start": o.start,
                     "end": o.end,
                 }
-                for o in self.timeline.ops()
+                for o in self.timeline.spans()
             ]
         return out
 

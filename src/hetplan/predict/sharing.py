@@ -20,7 +20,7 @@ import dataclasses
 from collections import defaultdict
 
 from hetplan.cluster.spec import Cluster
-from hetplan.schedule.types import COMPUTE_KINDS
+from hetplan.planspec.trace import COMPUTE_KINDS
 from hetplan.simulate import Timeline
 
 SHARING_ROUNDS = 3
@@ -48,7 +48,7 @@ def busy_overlap(timeline: Timeline, members: list[str]) -> dict[str, float]:
     """Per member: the time-weighted number of members computing while it computes (>= 1);
     members that never compute are left out."""
     events: list[tuple[float, int, str]] = []
-    for op in timeline.ops():
+    for op in timeline.spans():
         if op.kind in COMPUTE_KINDS and op.device in members and op.end > op.start:
             events += [(op.start, 1, op.device), (op.end, -1, op.device)]
     events.sort(key=lambda e: (e[0], e[1]))

@@ -8,13 +8,15 @@ receive at the receiver (waited for by the action that needs the data), ``allred
 bucket if its hook has not, ``optimizer`` waits for the buckets and steps. Sends never block
 and every rank follows one global topological order, so no order of arrival deadlocks.
 
-Every action is recorded with its start and end (``perf_counter``): the executed trace drawn
-beside the simulated timeline.
+Every action is recorded with its start and end as stamps of the rank's
+:class:`~hetplan.run.clock.StepClock` (CUDA events on a GPU, ``perf_counter`` on CPU), resolved
+into :class:`~hetplan.planspec.trace.Span` after the step: the executed trace drawn beside the
+simulated one.
 """
 
 from __future__ import annotations
 
-import time
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +24,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from hetplan.planspec.trace import Span
 from hetplan.run import p2p
+from hetplan.run.clock import StepClock
 from hetplan.run.gradsync import BucketSync, TieSync
 from hetplan.run.p2p import Template
 from hetplan.run.precision import LossScaler, autocast
@@ -62,12 +66,26 @@ class _StepState:
     ys: tuple[torch.Tensor, ...] = ()
     inputs: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     outputs: dict[int, Any] = field(default_factory=dict)
-    recv_in: dict[int, tuple[list[torch.Tensor], list[Any], float]] = field(default_factory=dict)
-    recv_grad: dict[int, tuple[list[torch.Tensor], list[Any], float]] = field(default_factory=dict)
+    recv_in: dict[int, tuple[list[torch.Tensor], list[Any], int]] = field(default_factory=dict)
+    recv_grad: dict[int, tuple[list[torch.Tensor], list[Any], int]] = field(default_factory=dict)
     in_grads: dict[int, list[torch.Tensor]] = field(default_factory=dict)
     sends: list[Any] = field(default_factory=list)
     losses: dict[int, torch.Tensor] = field(default_factory=dict)
     """Micro-batch -> its weighted loss (last stage)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """An action of the running step, its times as clock stamps (resolved after the step)."""
+
+    kind: str
+    stage: int
+    microbatch: int
+    part: int
+    start: int
+    end: int
+    splits: tuple[int, ...] = ()
+    """A backward split into ``len(splits) + 1`` parts at these stamps (bucket ready)."""
 
 
 class Executor:
@@ -106,8 +124,11 @@ class Executor:
         self.recompute = recompute
         self.sharded_logits = sharded_logits
         """The last stage's logits are split over its tensor-parallel group."""
-        self.trace: list[tuple[str, int, int, int, float, float]] = []
-        """This step's actions: (kind, stage, micro-batch, part, start, end)."""
+        self.clock = StepClock(device)
+        self.trace: list[Span] = []
+        """The last step's actions (host-clock seconds; device time on CUDA)."""
+        self._pending: list[_Pending] = []
+        self._lock = threading.Lock()  # collectives complete on the backend's threads
         self.step_start = 0.0
         self.step_end = 0.0
         self.last_loss: float | None = None
@@ -115,8 +136,7 @@ class Executor:
 
     def step(self, x: torch.Tensor | None, y: torch.Tensor | None) -> float | None:
         """One iteration; returns this rank's share of the global-batch mean loss (last stage)."""
-        self.trace = []
-        self.step_start = _now(self.device)
+        self._begin()
         self.optimizer.zero_grad(set_to_none=True)
         st = self._s = _StepState()
         if self.io.first and x is not None:
@@ -130,23 +150,61 @@ class Executor:
             st.sends = [w for w in st.sends if not w.is_completed()]
         for w in st.sends:
             w.wait()
-        self.step_end = _now(self.device)
+        self._end()
         self.last_loss = float(sum(float(t) for t in st.losses.values())) if self.io.last else None
         return self.last_loss
+
+    def _begin(self) -> None:
+        """Open a step: synchronise the device, start its clock and an empty trace."""
+        self._pending = []
+        self.step_start = self.clock.begin()
+
+    def _end(self) -> None:
+        """Close a step: synchronise, resolve the stamps into :attr:`trace`."""
+        self.step_end = self.clock.end()
+        self.trace = [s for p in self._pending for s in self._resolve(p)]
+
+    def _resolve(self, p: _Pending) -> list[Span]:
+        t = self.clock.time
+        start, end = t(p.start), t(p.end)
+        marks = [min(max(t(k), start), end) for k in p.splits]
+        bounds = [start, *sorted(marks), end] if p.splits else [start, end]
+        return [
+            Span(device=self.io.me, kind=p.kind, stage=p.stage, microbatch=p.microbatch,
+                 part=p.part if not p.splits else k, start=bounds[k], end=bounds[k + 1])
+            for k in range(len(bounds) - 1)
+        ]  # fmt: skip
+
+    def stamp(self) -> int:
+        """A point on this rank's step clock (thread-safe: collectives complete elsewhere)."""
+        with self._lock:
+            return self.clock.stamp()
+
+    @property
+    def device_timed(self) -> bool:
+        return self.clock.device_timed
 
     def close(self) -> dict[str, Any]:
         """End of the run: anything the executor reports besides its steps."""
         return {}
 
-    def record_collective(self, kind: str, part: int, start: float, end: float) -> None:
-        """A bucket's allreduce, reported by :class:`BucketSync` when it completes."""
-        self.trace.append((kind, self.io.stage, -1, part, start, end))
+    def record_collective(self, kind: str, part: int, start: int, end: int) -> None:
+        """A bucket's allreduce (stamps), reported by :class:`BucketSync` when it completes."""
+        self.record(kind, self.io.stage, -1, start, part=part, end=end)
 
-    def _record(self, kind: str, act: Action, start: float, end: float, part: int = -1) -> None:
-        self.trace.append((kind, act.stage, act.microbatch, part, start, end))
+    def record(
+        self, kind: str, stage: int, microbatch: int, start: int, *, part: int = -1,
+        end: int | None = None,
+    ) -> None:  # fmt: skip
+        """An action from ``start`` to ``end`` (stamps; None: now)."""
+        stop = self.stamp() if end is None else end
+        self._pending.append(_Pending(kind, stage, microbatch, part, start, stop))
+
+    def _record(self, kind: str, act: Action, start: int) -> None:
+        self.record(kind, act.stage, act.microbatch, start)
 
     def _run(self, act: Action) -> None:
-        start = time.perf_counter()
+        start = self.stamp()
         if act.kind == "fwd":
             self._forward(act)
             return  # recorded by _forward, from the arrival of its input
@@ -156,7 +214,7 @@ class Executor:
             return  # parts are recorded by _backward
         elif act.kind == "send":
             if self._transfer(act) == "send":
-                self._record("send", act, start, time.perf_counter())
+                self._record("send", act, start)
             return  # a receive is recorded when its data has arrived (_wait)
         elif act.kind == "allreduce":
             if self.sync is not None:
@@ -180,7 +238,7 @@ class Executor:
                 assert io.tin is not None and io.prev_rank is not None
                 st.sends += p2p.send_grads(st.in_grads.pop(j), io.tin, io.prev_rank, j)
             return "send"
-        now = time.perf_counter()
+        now = self.stamp()
         if src == io.prev_device:
             assert io.tin is not None and io.prev_rank is not None
             bufs, works = p2p.recv_values(io.tin, io.prev_rank, j, self.device)
@@ -192,13 +250,13 @@ class Executor:
         return "recv"
 
     def _wait(
-        self, pending: tuple[list[torch.Tensor], list[Any], float], stage: int, j: int
+        self, pending: tuple[list[torch.Tensor], list[Any], int], stage: int, j: int
     ) -> list[torch.Tensor]:
         """Wait for a posted receive; recorded as ``recv`` from posting to arrival."""
         bufs, works, posted = pending
         for w in works:
             w.wait()
-        self.trace.append(("recv", stage, j, -1, posted, time.perf_counter()))
+        self.record("recv", stage, j, posted)
         return p2p.arrived(bufs, self.device)
 
     def _forward(self, act: Action) -> None:
@@ -210,7 +268,7 @@ class Executor:
             assert io.tin is not None
             args = p2p.assemble(io.tin, self._wait(st.recv_in.pop(j), io.stage - 1, j))
             st.inputs[j] = args
-        start = time.perf_counter()
+        start = self.stamp()
         with autocast(self.device, self.dtype), loss_context(self.sharded_logits and io.last):
             out = self._call(j, args)
             if io.last:
@@ -220,7 +278,7 @@ class Executor:
                 st.outputs[j] = loss
             else:
                 st.outputs[j] = out
-        self._record("fwd", act, start, time.perf_counter())
+        self._record("fwd", act, start)
 
     def _input(self, j: int) -> torch.Tensor:
         """The first stage's input of micro-batch ``j``."""
@@ -253,12 +311,12 @@ class Executor:
         if not io.last:
             grads = self._wait(st.recv_grad.pop(j), io.stage + 1, j)
         if final and self.ties is not None:
-            tie_start = time.perf_counter()
+            tie_start = self.stamp()
             if self.ties.add_partials():
-                self.trace.append(("tie", io.stage, j, -1, tie_start, time.perf_counter()))
+                self.record("tie", io.stage, j, tie_start)
         if final and self.sync is not None:
             self.sync.arm()
-        start = time.perf_counter()
+        start = self.stamp()
         out = st.outputs.pop(j)
         if io.last:
             with loss_context(self.sharded_logits):
@@ -274,36 +332,32 @@ class Executor:
             assert io.tin is not None
             ins = p2p.grad_tensors(st.inputs.pop(j), io.tin)
             st.in_grads[j] = [t.grad if t.grad is not None else torch.zeros_like(t) for t in ins]
-        end = time.perf_counter()
+        end = self.stamp()
         if final and self.ties is not None:
             self.ties.send_partials()
         self._record_backward(act, start, end, final)
 
-    def _record_backward(self, act: Action, start: float, end: float, final: bool) -> None:
+    def _record_backward(self, act: Action, start: int, end: int, final: bool) -> None:
         """The backward, split as the schedule splits it: part k ends when bucket k is ready."""
         if not (final and self.sync is not None and act.part >= 0):
-            self._record("bwd", act, start, end, act.part)
+            self.record("bwd", act.stage, act.microbatch, start, part=act.part, end=end)
             return
-        marks = [min(max(t, start), end) for t in self.sync.ready_s]
         n_parts = sum(1 for a in self.actions if a.kind == "bwd" and a.microbatch == act.microbatch)
-        bounds = [start, *marks[: n_parts - 1], end][: n_parts + 1]
-        while len(bounds) < n_parts + 1:
-            bounds.insert(-1, end)
-        for k in range(n_parts):
-            self._record("bwd", act, bounds[k], bounds[k + 1], k)
+        splits = tuple(self.sync.ready.get(k, end) for k in range(n_parts - 1))
+        self._pending.append(_Pending("bwd", act.stage, act.microbatch, 0, start, end, splits))
 
     def _optimizer_step(self) -> None:
         if self.sync is not None:
             self.sync.finish()
         if self.ties is not None:
-            tie_start = time.perf_counter()
+            tie_start = self.stamp()
             self.ties.share_totals()
-            self.trace.append(("tie", self.io.stage, -1, -1, tie_start, time.perf_counter()))
-        start = time.perf_counter()
+            self.record("tie", self.io.stage, -1, tie_start)
+        start = self.stamp()
         params = [p for p in self.module.parameters() if p.requires_grad]
         if self.scaler.unscale_and_check(params):
             self.optimizer.step()
-        self.trace.append(("optimizer", self.io.stage, -1, -1, start, time.perf_counter()))
+        self.record("optimizer", self.io.stage, -1, start)
 
 
 def _my_link(act: Action, me: str) -> tuple[str, str]:
@@ -314,9 +368,3 @@ def _my_link(act: Action, me: str) -> tuple[str, str]:
         if res.startswith("link:") and me in ends:
             return ends[0], ends[1]
     return act.device, act.peer or ""
-
-
-def _now(device: str) -> float:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return time.perf_counter()

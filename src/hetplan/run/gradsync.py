@@ -12,9 +12,8 @@ batch, so a sum (not an average) gives the gradient of the global-batch mean.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -24,8 +23,18 @@ from hetplan.cost.comm_buckets import ddp_bucket_members, first_bucket
 from hetplan.run import p2p
 from hetplan.run.tensor_parallel import local
 
-Recorder = Callable[[str, int, float, float], None]
-"""(kind, part, start, end): an executed action for the trace."""
+
+class Recorder(Protocol):
+    """The rank's trace: stamps of its step clock and the collectives between them."""
+
+    @property
+    def device_timed(self) -> bool:
+        """Stamps are CUDA events (taken only on the thread that issues the kernels)."""
+        ...
+
+    def stamp(self) -> int: ...
+
+    def record_collective(self, kind: str, part: int, start: int, end: int) -> None: ...
 
 
 class BucketSync:
@@ -47,10 +56,11 @@ class BucketSync:
         self.record = record
         self.armed = False
         self._left: list[int] = []
-        self._works: list[tuple[int, Any, torch.Tensor, float]] = []
+        self._works: list[tuple[int, Any, torch.Tensor, int]] = []
         self._next = 0
-        self._done: dict[int, float] = {}
-        self.ready_s: list[float] = []
+        self._done: dict[int, int] = {}
+        self.ready: dict[int, int] = {}
+        """Bucket -> stamp of its last gradient in the step's final backward."""
         bucket_of = {id(p): k for k, ps in enumerate(self.buckets) for p in ps}
         for ps in layer_params:
             for p in ps:
@@ -64,14 +74,14 @@ class BucketSync:
         self._next = 0
         self._works = []
         self._done = {}
-        self.ready_s = [0.0] * len(self.buckets)
+        self.ready = {}
 
     def _ready(self, k: int) -> None:
         if not self.armed:
             return
         self._left[k] -= 1
         if self._left[k] == 0:
-            self.ready_s[k] = time.perf_counter()
+            self.ready[k] = self.record.stamp()
         while self._next < len(self.buckets) and self._left[self._next] <= 0:
             self.launch(self._next)
 
@@ -81,10 +91,12 @@ class BucketSync:
             j = self._next
             grads = [_grad(p) for p in self.buckets[j]]
             flat = torch.cat([g.reshape(-1) for g in grads])
-            start = time.perf_counter()
+            start = self.record.stamp()
             work = dist.all_reduce(flat, group=self.group, async_op=True)
-            # Completion time from the backend's callback: the optimizer waits later.
-            work.get_future().then(lambda _f, j=j: self._done.__setitem__(j, time.perf_counter()))
+            if not self.record.device_timed:  # host time of completion, from the backend's
+                work.get_future().then(  # callback (the optimizer waits later); a CUDA event
+                    lambda _f, j=j: self._done.__setitem__(j, self.record.stamp())
+                )  # cannot be recorded from that thread: on CUDA it ends where it is waited for
             self._works.append((j, work, flat, start))
             self._next += 1
 
@@ -93,7 +105,9 @@ class BucketSync:
         self.launch(len(self.buckets) - 1)
         for j, work, flat, start in self._works:
             work.wait()
-            self.record("allreduce", j, start, self._done.get(j, time.perf_counter()))
+            end = self._done.get(j)
+            end = self.record.stamp() if end is None else end
+            self.record.record_collective("allreduce", j, start, end)
             offset = 0
             for p in self.buckets[j]:
                 g = _grad(p)

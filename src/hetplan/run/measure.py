@@ -18,25 +18,10 @@ from typing import Any
 import numpy as np
 
 from hetplan.planspec import Plan
+from hetplan.planspec.trace import Span, shifted
 from hetplan.serde import to_data, write_json_atomic
 
 DEFAULT_OUT_DIR = Path("out")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ActionSpan:
-    """One executed action of the last timed step, in seconds from the earliest rank's start
-    of that step: the measured counterpart of one action of the simulated schedule."""
-
-    kind: str
-    """The schedule's kind (``fwd``, ``bwd``, ``send``, ``allreduce``, ``optimizer``) or
-    ``recv`` (the receiving end of a send: from posting the receive to the data's arrival)."""
-    microbatch: int
-    start: float
-    end: float
-    stage: int = -1
-    part: int = -1
-    """Backward part (split at gradient-bucket boundaries) or allreduce bucket; -1: whole."""
 
 
 @dataclass(kw_only=True)
@@ -60,8 +45,11 @@ class RankFigures:
     predicted_memory_bytes: int | None = None
     """The prediction's peak memory of this rank's device without its framework allowance
     (which neither the CUDA allocator's peak nor the CPU tensor count can see)."""
-    actions: list[ActionSpan] = field(default_factory=list)
-    """Forward and backward spans of the last timed step (see :class:`ActionSpan`)."""
+    actions: list[Span] = field(default_factory=list)
+    """The spans of the last timed step, seconds from the earliest start of that step among
+    the ranks of this rank's host."""
+    timing: str = "host clock"
+    """How the spans were timed: ``cuda events`` (device time) or ``host clock``."""
     energy_j: float | None = None
     """This rank's meter advance per timed step (over the window), joules (None: no meter;
     a RAPL reading covers the node's CPU packages, an NVML one this rank's GPU)."""
@@ -189,7 +177,8 @@ def _rank_figures(r: dict[str, Any], warmup: int, origin: float = 0.0) -> RankFi
         wait_s=statistics.median(waits),
         peak_memory_bytes=int(r["peak_memory_bytes"]),
         memory_source=r["memory_source"],
-        actions=[_span(a, origin) for a in r.get("actions", [])],
+        actions=shifted(r.get("actions", []), origin),
+        timing=str(r.get("timing", "host clock")),
         energy_j=_window_energy(r.get("energy_j", []), warmup),
         energy_source=r.get("energy_source"),
     )
@@ -201,19 +190,6 @@ def _window_energy(per_step: list[float], warmup: int) -> float | None:
     step reads 0 J or a whole update period, and only the sum over many steps is right."""
     timed = per_step[warmup:]
     return statistics.fmean(timed) if timed else None
-
-
-def _span(a: list[Any], origin: float) -> ActionSpan:
-    """An action from a rank's trace: (kind, stage, micro-batch, part, start, end)."""
-    kind, stage, mb, part, start, end = a
-    return ActionSpan(
-        kind=str(kind),
-        stage=int(stage),
-        microbatch=int(mb),
-        part=int(part),
-        start=float(start) - origin,
-        end=float(end) - origin,
-    )
 
 
 def with_prediction(m: Measurement, predicted_s: float | None, source: str) -> Measurement:

@@ -18,7 +18,6 @@ Asynchronous (bounded staleness) is :mod:`hetplan.run.ps_async`.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -73,7 +72,7 @@ class PsExecutor(Executor):
         return super().step(x, y)
 
     def _run(self, act: Action) -> None:
-        start = time.perf_counter()
+        start = self.stamp()
         if act.kind == "ps_push":
             self._push()
         elif act.kind == "ps_pull":
@@ -86,7 +85,7 @@ class PsExecutor(Executor):
         else:
             super()._run(act)
             return
-        self._record(act.kind, act, start, time.perf_counter())
+        self._record(act.kind, act, start)
 
     def _push(self) -> None:
         """Every shard's gradient summed at its host, which applies its optimizer."""
@@ -137,9 +136,9 @@ class ServerExecutor(PsExecutor):
     push only: the pulls are each worker's)."""
 
     def _run(self, act: Action) -> None:
-        start = time.perf_counter()
+        start = self.stamp()
         if act.kind != "ps_push":
             raise RuntimeError(f"a server-only rank runs no {act.kind}")
         self._push()
         self._pull()
-        self._record("ps_push", act, start, time.perf_counter())
+        self._record("ps_push", act, start)

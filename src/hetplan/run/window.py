@@ -20,7 +20,6 @@ that applies the same delayed updates is :func:`hetplan.run.reference.delayed_re
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +30,7 @@ from torch.func import functional_call
 from torch.utils.checkpoint import checkpoint
 
 from hetplan.cost.comm_buckets import ddp_bucket_members, first_bucket
-from hetplan.run.executor import Executor, _now, _StepState
+from hetplan.run.executor import Executor, _StepState
 from hetplan.run.gradsync import Recorder
 from hetplan.schedule.types import Action
 
@@ -58,7 +57,7 @@ class WaveSync:
         self.buckets = [[layer_names[i][k][0] for i, k in m] for m in members]
         self.group = group
         self.record = record
-        self._works: dict[int, list[tuple[int, Any, torch.Tensor, float]]] = {}
+        self._works: dict[int, list[tuple[int, Any, torch.Tensor, int]]] = {}
 
     def launch(self, w: int, k: int, grads: Grads, like: dict[str, nn.Parameter]) -> None:
         """Start iteration ``w``'s buckets up to ``k`` that have not started."""
@@ -66,7 +65,7 @@ class WaveSync:
         while len(works) <= k:
             j = len(works)
             flat = torch.cat([_grad(grads, n, like).reshape(-1) for n in self.buckets[j]])
-            start = time.perf_counter()
+            start = self.record.stamp()
             works.append((j, dist.all_reduce(flat, group=self.group, async_op=True), flat, start))
 
     def finish(self, w: int, grads: Grads, like: dict[str, nn.Parameter]) -> None:
@@ -74,7 +73,7 @@ class WaveSync:
         self.launch(w, len(self.buckets) - 1, grads, like)
         for j, work, flat, start in self._works.pop(w):
             work.wait()
-            self.record("allreduce", j, start, time.perf_counter())
+            self.record.record_collective("allreduce", j, start, self.record.stamp())
             offset = 0
             for name in self.buckets[j]:
                 g = grads[name]
@@ -128,8 +127,7 @@ class WindowExecutor(Executor):
     def step(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> float | None:
         """Run this rank's actions up to the end of the window's next step; its loss."""
         del x, y  # data comes from :attr:`fetch`, when a forward needs it
-        self.trace = []
-        self.step_start = _now(self.device)
+        self._begin()
         st, w = self._s, self._cur
         while self._pos < self._ends[w]:
             act = self.actions[self._pos]
@@ -140,7 +138,7 @@ class WindowExecutor(Executor):
             for s in st.sends:
                 s.wait()
             st.sends = []
-        self.step_end = _now(self.device)
+        self._end()
         self._data.pop(w, None)
         mine = [j for j in st.losses if j // self.m == w]
         self.last_loss = float(sum(float(st.losses.pop(j)) for j in mine)) if self.io.last else None
@@ -224,11 +222,11 @@ class WindowExecutor(Executor):
         if self.wave is not None:
             self.wave.finish(w, grads, self.params)
         if self.ties is not None:
-            tie_start = time.perf_counter()
+            tie_start = self.stamp()
             self.ties.grads = grads
             self.ties.share_totals()
-            self.trace.append(("tie", self.io.stage, -1, -1, tie_start, time.perf_counter()))
-        start = time.perf_counter()
+            self.record("tie", self.io.stage, -1, tie_start)
+        start = self.stamp()
         for name, p in self.params.items():
             p.grad = grads.get(name)
         if self.scaler.unscale_and_check(list(self.params.values())):
@@ -236,7 +234,7 @@ class WindowExecutor(Executor):
         self.optimizer.zero_grad(set_to_none=True)
         del self._acc[w]
         self.version += 1
-        self.trace.append(("optimizer", self.io.stage, -1, -1, start, time.perf_counter()))
+        self.record("optimizer", self.io.stage, -1, start)
 
 
 def _iteration_ends(actions: list[Action], steps: int) -> list[int]:

@@ -158,7 +158,7 @@ def _executor(
         window = WindowExecutor(
             window_actions=functools.partial(setup.window_actions, plan), **common
         )
-        window.wave = wave_sync(setup, plan, groups, window.record_collective)
+        window.wave = wave_sync(setup, plan, groups, window)
         window.fetch = functools.partial(_read, feed, role, ctx.device)
         return window
     if role.stage < 0 and not plan.ps_async:
@@ -172,7 +172,7 @@ def _executor(
             hosts=hosts, rank=ctx.rank, group=groups.world, actions=setup.actions, **common
         )
     executor = Executor(actions=setup.actions, **common)
-    executor.sync = bucket_sync(setup, plan, groups, executor.record_collective)
+    executor.sync = bucket_sync(setup, plan, groups, executor)
     return executor
 
 
@@ -419,17 +419,19 @@ def _record_step(out: dict[str, Any], executor: Executor) -> None:
     trace = executor.trace
 
     def total(kind: str) -> float:
-        return sum(t[5] - t[4] for t in trace if t[0] == kind)
+        return sum(s.duration for s in trace if s.kind == kind)
 
     out["step_s"].append(executor.step_end - executor.step_start)
     out["forward_s"].append(total("fwd"))
     out["backward_s"].append(total("bwd"))
     out["optimizer_s"].append(total("optimizer"))
     out["loss"].append(executor.last_loss)
-    # The last step's actions (absolute perf_counter; aligned across ranks in
-    # :func:`hetplan.run.measure.summarize`; one host shares one monotonic clock).
-    out["actions"] = [list(t) for t in trace]
+    # The last step's spans (absolute perf_counter seconds, device time on CUDA; aligned
+    # across ranks in :func:`hetplan.run.measure.summarize`: one host, one monotonic clock).
+    out["actions"] = list(trace)
     out["last_step_start"] = executor.step_start
+    out["last_step_end"] = executor.step_end
+    out["timing"] = executor.clock.source
 
 
 def train_and_gather(ctx: RankContext, payload: dict[str, Any]) -> list[Any] | None:

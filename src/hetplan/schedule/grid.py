@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetplan.schedule.types import COMPUTE_KINDS, Action, Schedule
+from hetplan.planspec.trace import COMPUTE_KINDS
+from hetplan.schedule.types import Action, Schedule
 
 
 def _shown(act: Action, sends: bool) -> bool:

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 ActionKind = Literal["fwd", "bwd", "send", "allreduce", "ps_push", "ps_pull", "optimizer"]
-COMPUTE_KINDS: frozenset[str] = frozenset({"fwd", "bwd", "optimizer"})
 COLLECTIVE_KINDS: frozenset[str] = frozenset({"allreduce", "ps_push", "ps_pull"})
 
 

@@ -17,22 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hetplan.planspec.trace import Span
 from hetplan.schedule.types import Schedule, res_devices
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One simulated action."""
-
-    device: str
-    kind: str
-    stage: int
-    microbatch: int
-    start: float
-    end: float
-    pipeline: int = 0
-    iteration: int = 0
-    peer: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,12 +52,15 @@ class Timeline:
     def makespan_s(self) -> float:
         return max(self.end, default=0.0)
 
-    def ops(self) -> list[Op]:
-        """Every action with its times, in schedule order."""
+    def spans(self) -> list[Span]:
+        """Every action with its times, in schedule order (the trace type the runtime's
+        executed trace shares, :mod:`hetplan.planspec.trace`)."""
         return [
-            Op(a.device, a.kind, a.stage, a.microbatch, s, e, a.pipeline, a.iteration, a.peer)
+            Span(device=a.device, kind=a.kind, stage=a.stage, microbatch=a.microbatch,
+                 part=a.part, start=s, end=e, pipeline=a.pipeline, iteration=a.iteration,
+                 peer=a.peer)
             for a, s, e in zip(self.schedule.actions, self.start, self.end, strict=True)
-        ]
+        ]  # fmt: skip
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
