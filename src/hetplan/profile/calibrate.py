@@ -26,6 +26,7 @@ import functools
 import math
 import statistics
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,10 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # is fixed and the size grows; families differ in intensity (a linear layer's width, a
 # convolution's channels, attention's sequence length), the other axis efficiency follows.
 # CPU sizes stop near 1 GFLOP per kernel (~10 ms on one core), GPU ones near 1 TFLOP.
+CUBLAS_CONTEXT_WARNING = "Attempting to run cuBLAS, but there was no current CUDA context"
+"""torch's one-time warning when the autograd engine's device thread makes its first cuBLAS
+call without the primary context current; torch then retains that context itself and runs on
+(aten/src/ATen/cuda/CublasHandlePool.cpp, pytorch PR 120131): nothing for a user to act on."""
 MAX_WORK = {"cpu": 1.5e9, "cuda": 2e12}  # FLOPs per forward kernel
 MATMUL_WIDTHS = {"cpu": (64, 256, 512, 1024), "cuda": (256, 1024, 4096, 8192)}  # k = n
 MATMUL_ROWS = {"cpu": (1, 8, 64, 512), "cuda": (1, 64, 1024, 16384)}  # m
@@ -331,10 +336,12 @@ def calibrate(
     """Measure ``classes`` on ``dev`` in ``dtype`` and file them under ``device_type``."""
     settings = settings or Settings()
     curves: list[RateCurve] = []
-    for op_class in classes:
-        if on_class is not None:
-            on_class(op_class)
-        curves.extend(measure_class(op_class, dev, dtype, settings))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=CUBLAS_CONTEXT_WARNING)
+        for op_class in classes:
+            if on_class is not None:
+                on_class(op_class)
+            curves.extend(measure_class(op_class, dev, dtype, settings))
     return Calibration(
         device_type=device_type,
         device_name=device_name(dev),

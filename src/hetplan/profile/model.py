@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -88,11 +90,29 @@ def torch_device(spec: str) -> torch.device:
 
 
 def guess_device_type(name: str) -> str | None:
-    """The catalog type whose name parts all occur in a GPU name (``NVIDIA A100-SXM4-40GB`` ->
-    ``A100-40GB``); the longest match wins; None if none matches."""
-    upper = name.upper()
-    hits = [t for t in DEVICE_CATALOG if all(p.upper() in upper for p in t.split("-"))]
+    """The catalog type whose name parts all occur in a GPU name as torch reports it
+    (``NVIDIA A100-SXM4-40GB`` -> ``A100-40GB``, ``NVIDIA H100 80GB HBM3`` -> ``H100-SXM``);
+    the longest match wins; None if none matches."""
+    words = re.findall(r"[A-Z0-9]+", name.upper())
+    words += [a + b for a, b in itertools.pairwise(words)]  # "TITAN RTX", "RTX 3090"
+    hits = [t for t in DEVICE_CATALOG if all(_has(words, p.upper()) for p in t.split("-"))]
     return max(hits, key=len) if hits else None
+
+
+SOCKET_FORM = "SXM"
+"""NVIDIA names the PCIe and NVL boards (``NVIDIA H100 PCIe``, ``NVIDIA H100 NVL``) but not
+always the SXM one (``NVIDIA H100 80GB HBM3`` is the SXM5 board): a name without another form
+factor is SXM."""
+OTHER_FORMS = ("PCIE", "NVL")
+
+
+def _has(words: list[str], part: str) -> bool:
+    """``part`` is a word of the name, or a word plus a generation number (SXM -> SXM4)."""
+    if any(w == part or (w.startswith(part) and w[len(part) :].isdigit()) for w in words):
+        return part[-1].isalpha() or any(w == part for w in words)
+    if part == SOCKET_FORM:
+        return not any(w.startswith(OTHER_FORMS) for w in words)
+    return False
 
 
 def device_type_for(named: str | None, dev: torch.device) -> str:
