@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: example test lint typecheck clean
+.PHONY: example test lint typecheck clean gpu-check
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PY) -m venv $(VENV)
@@ -27,3 +27,9 @@ test: $(STAMP) lint typecheck
 
 clean:
 	rm -rf $(VENV)
+
+# On a machine with CUDA: the gpu-marked tests and the GPU benchmarks, report in out/gpu-check.md
+# (record it in docs/benchmarks.md). Without the venv: PYTHONPATH=src python3 benchmarks/gpu_check.py
+gpu-check: $(STAMP)
+	$(BIN)/pip install --quiet 'nvidia-ml-py>=12'
+	$(BIN)/python benchmarks/gpu_check.py

@@ -18,7 +18,7 @@ def test_summarize_aligns_spans_on_the_earliest_rank_start() -> None:
             "rank": r, "device": d, "pipeline": r, "stage": 0, "step_s": [1.0],
             "forward_s": [0.1], "backward_s": [0.2], "optimizer_s": [0.0], "loss": [0.5],
             "peak_memory_bytes": 1, "memory_source": "peak RSS",
-            "last_step_start": 100.0 + r,
+            "last_step_start": 100.0 + r, "last_step_end": 101.0 + r, "timing": "host clock",
             "actions": [Span(device=d, kind="fwd", stage=0, microbatch=0, start=100.5 + r,
                              end=100.75 + r)],
         }
@@ -31,3 +31,5 @@ def test_summarize_aligns_spans_on_the_earliest_rank_start() -> None:
     assert m.ranks[1].actions == [
         Span(device="y", kind="fwd", stage=0, microbatch=0, start=1.5, end=1.75)
     ]
+    assert [r.last_step for r in m.ranks] == [(0.0, 1.0), (1.0, 2.0)]
+    assert {r.timing for r in m.ranks} == {"host clock"}

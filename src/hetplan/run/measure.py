@@ -50,6 +50,9 @@ class RankFigures:
     the ranks of this rank's host."""
     timing: str = "host clock"
     """How the spans were timed: ``cuda events`` (device time) or ``host clock``."""
+    last_step: tuple[float, float] = (0.0, 0.0)
+    """Start and end of the last timed step on the time axis of :attr:`actions`: its spans
+    and their :func:`~hetplan.planspec.trace.idle_gaps` add up to it."""
     energy_j: float | None = None
     """This rank's meter advance per timed step (over the window), joules (None: no meter;
     a RAPL reading covers the node's CPU packages, an NVML one this rank's GPU)."""
@@ -179,6 +182,10 @@ def _rank_figures(r: dict[str, Any], warmup: int, origin: float = 0.0) -> RankFi
         memory_source=r["memory_source"],
         actions=shifted(r.get("actions", []), origin),
         timing=str(r.get("timing", "host clock")),
+        last_step=(
+            float(r.get("last_step_start", origin)) - origin,
+            float(r.get("last_step_end", origin)) - origin,
+        ),
         energy_j=_window_energy(r.get("energy_j", []), warmup),
         energy_source=r.get("energy_source"),
     )
