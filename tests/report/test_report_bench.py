@@ -43,14 +43,17 @@ def _result() -> SuiteResult:
 
 def test_report_files_and_figures(tmp_path: Path) -> None:
     md, page = write_report(_result(), tmp_path)
-    for name in (SCATTER, GANTT, PARETO):
+    for name in (SCATTER, PARETO):
         data = (tmp_path / name).read_bytes()
         assert data.startswith(b"\x89PNG"), name
     text = md.read_text()
     html = page.read_text()
     for name in (SCATTER, GANTT, PARETO):
         assert f"({name})" in text
+    for name in (SCATTER, PARETO):
         assert f"src='{name}'" in html
+    gantt = (tmp_path / GANTT).read_text()  # one trace per kind and panel, from the spans
+    assert gantt.startswith("<!doctype html>") and '"name":"forward"' in gantt.replace(" ", "")
     # errors +20%, +200%, +25%: median 25%; the dp baseline 0.12 s / pick 0.1 s = 1.20x
     assert "median 25.0%" in text
     assert "1.20x" in text

@@ -18,11 +18,13 @@ from hetplan.bench.stats import (
 from hetplan.bench.suite import HETEROGENEOUS, PIPELINES
 from hetplan.bench.targets import target_rows
 from hetplan.bench.types import CaseResult, SuiteResult
-from hetplan.report.charts import Point, gantt_chart, pareto_chart, scatter_chart
+from hetplan.report.charts import Point, pareto_chart, scatter_chart
 from hetplan.report.document import Document
+from hetplan.report.gantt import Panel, bars_of, gantt_figure, gantt_page
+from hetplan.serde import write_text_atomic
 
 SCATTER = "scatter.png"
-GANTT = "gantt.png"
+GANTT = "gantt.html"
 PARETO = "pareto.png"
 
 
@@ -58,9 +60,12 @@ def write_figures(result: SuiteResult, out: Path) -> dict[str, str]:
     case = gantt_case(result.cases)
     if case is not None:
         devices = _plan_devices(case) or list(dict.fromkeys(s.device for s in case.simulated))
-        rows = [(d, f"rank {i} {d}") for i, d in enumerate(devices)]
         title = f"{case.model} on {case.cluster}: {case.label}"
-        gantt_chart(case.simulated, case.measured, rows, out / GANTT, title=title)
+        panels = [
+            Panel(title="simulated", bars=bars_of(case.simulated)),
+            Panel(title="executed (last timed step)", bars=bars_of(case.measured)),
+        ]
+        write_text_atomic(out / GANTT, gantt_page(gantt_figure(devices, panels), title))
         drawn["gantt"] = GANTT
     if result.pareto:
         pts = [(p.time_s, p.energy_j, p.on_front) for p in result.pareto]
@@ -192,11 +197,11 @@ def _figures_section(doc: Document, result: SuiteResult, figures: dict[str, str]
     if "gantt" in figures:
         doc.heading("Simulated and measured timeline")
         doc.para(
-            "Compute actions (forward, backward; micro-batch numbers in the bars) of one plan: "
-            "left the simulator's first iteration, right the runtime's last timed step "
-            "(forward/backward hooks on each stage). Gaps are communication and waiting."
+            "Compute actions (forward, backward, optimizer) of one plan: above, the "
+            "simulator's first iteration; below, the runtime's last timed step (device time on "
+            f"CUDA, the host clock on CPU). Gaps are communication and waiting: "
+            f"[{figures['gantt']}]({figures['gantt']}) (interactive)."
         )
-        doc.image(figures["gantt"], "gantt: simulated vs measured")
     if "pareto" in figures:
         doc.heading("Time vs energy")
         doc.para(f"All ranked candidates of the planner for {result.pareto_model}, predicted.")

@@ -278,7 +278,7 @@ def _report(plan: Plan, clus: Cluster, measured: Measurement, path: Path, run: _
         memory = comparable_memory(prediction)
         measured = with_predicted_memory(measured, memory)
         measured.predicted_energy_j_per_iteration = prediction.energy_j_per_iteration
-        chart = trace_chart(measured, prediction.timeline, path.with_suffix(".gantt.png"))
+        chart = trace_chart(measured, prediction.timeline, path.with_suffix(".gantt.html"))
     else:
         measured = with_prediction(measured, None, source)
     path = save_measurement(measured, path)

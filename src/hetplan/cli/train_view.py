@@ -1,6 +1,6 @@
 """What ``hetplan train`` shows: the report (measured against predicted time, memory and energy,
 losses) as text or JSON, and the simulated and the executed timeline of the plan side by side
-(one PNG next to the measurement file)."""
+(one HTML page next to the measurement file)."""
 
 from __future__ import annotations
 
@@ -12,23 +12,27 @@ from rich.table import Table
 
 from hetplan.cli.output import console
 from hetplan.plan.staleness import is_asynchronous, staleness_text
-from hetplan.report.charts import gantt_chart
+from hetplan.report.gantt import Panel, bars_of, gantt_figure, gantt_page
 from hetplan.run.measure import Measurement, memory_error
 from hetplan.run.writeback import WriteBack
-from hetplan.serde import to_data
+from hetplan.serde import to_data, write_text_atomic
 from hetplan.simulate.timeline import Timeline
 from hetplan.units import BYTES_NOTE, fmt_bytes, fmt_joules, fmt_percent, fmt_seconds, plural
 
 
 def trace_chart(m: Measurement, timeline: Timeline, path: Path) -> Path:
-    """Draw the simulated iteration (iteration 0) and the last executed step, a row per rank."""
-    rows = [(r.device, f"rank {r.rank} {r.device}") for r in m.ranks]
+    """The simulated iteration (iteration 0) above the last executed step, a row per rank's
+    device, on one time axis: a self-contained HTML page (:mod:`hetplan.report.gantt`)."""
+    rows = [r.device for r in m.ranks]
     sim = [s for s in timeline.spans() if s.iteration == 0]
     executed = [a for r in m.ranks for a in r.actions]
-    timing = sorted({r.timing for r in m.ranks})
+    timing = ", ".join(sorted({r.timing for r in m.ranks}))
     title = f"{m.plan.model.name}: {m.plan.strategy}, {plural(len(rows), 'rank')}"
-    done = f"executed (last timed step, {', '.join(timing)})"
-    return gantt_chart(sim, executed, rows, path, title=title, measured_title=done)
+    fig = gantt_figure(rows, [Panel(title="simulated", bars=bars_of(sim)),
+                              Panel(title=f"executed (last timed step, {timing})",
+                                    bars=bars_of(executed))])  # fmt: skip
+    write_text_atomic(path, gantt_page(fig, title))
+    return path
 
 
 def print_report(

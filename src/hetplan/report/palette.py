@@ -1,5 +1,5 @@
-"""Colours of the action kinds, one palette for the report's charts (matplotlib) and the plan
-page (plotly), so that a kind looks the same everywhere (seaborn's "deep" palette)."""
+"""Colours of the action kinds, one palette for the Gantt charts (plotly) and the other
+charts (matplotlib), so that a kind looks the same everywhere (seaborn's "deep" palette)."""
 
 KIND_COLORS = {
     "fwd": "#4c72b0",

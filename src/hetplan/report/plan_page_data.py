@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hetplan.planspec.trace import Span
+from hetplan.report.gantt import KIND_NAMES, GanttBar, kind_name
 from hetplan.schedule.types import res_devices
 from hetplan.units import fmt_bytes, fmt_seconds
 
@@ -26,19 +28,6 @@ MAX_ROWS = 64
 MAX_BARS = 20_000
 """Gantt bars drawn by default (the earliest in time are kept)."""
 
-KIND_NAMES = {
-    "fwd": "forward",
-    "bwd": "backward",
-    "optimizer": "optimizer step",
-    "send": "send (point-to-point)",
-    "recv": "receive (point-to-point)",
-    "allreduce": "allreduce (gradient sync)",
-    "ps_push": "push to parameter server",
-    "ps_pull": "pull from parameter server",
-}
-"""Legend names of the action kinds, in legend order."""
-OTHER_COLOR = "#8c8c8c"
-
 
 @dataclass(frozen=True)
 class ParetoPoint:
@@ -48,21 +37,6 @@ class ParetoPoint:
     time_s: float
     energy_j: float
     on_front: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GanttBar:
-    """One action on one device row."""
-
-    row: str
-    kind: str
-    """Action kind; a send is ``recv`` on its receiver's row."""
-    op: int
-    """Index of the action in the timeline's schedule."""
-    start_s: float
-    end_s: float
-    hover: str
-    """Hover text (plotly's HTML subset, names escaped)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,10 +66,6 @@ class MemoryRow:
     @property
     def over(self) -> bool:
         return self.used_bytes > self.capacity_bytes
-
-
-def kind_name(kind: str) -> str:
-    return KIND_NAMES.get(kind, kind)
 
 
 def stage_layers(plan: Plan) -> dict[tuple[int, int], str]:
@@ -158,17 +128,17 @@ def gantt_data(
         names = ", ".join(kind_name(k) for k in sorted(hidden, key=_kind_order))
         omitted.append(f"No bar of these kinds is drawn: {names}.")
     steady = bool(sched.marks)
+    acts = sched.actions
     bars = [
         GanttBar(
-            row=dev,
-            kind=kind,
-            op=i,
-            start_s=start,
-            end_s=tl.end[i],
+            span=Span(device=dev, kind=kind, stage=acts[i].stage, microbatch=acts[i].microbatch,
+                      part=acts[i].part, start=start, end=tl.end[i], pipeline=acts[i].pipeline,
+                      iteration=acts[i].iteration, peer=acts[i].peer),
             hover=_hover(prediction, i, dev, kind, layers, steady),
+            op=i,
         )
         for start, i, dev, kind in raw
-    ]
+    ]  # fmt: skip
     return GanttData(
         rows=rows,
         bars=bars,

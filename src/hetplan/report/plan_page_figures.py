@@ -9,81 +9,22 @@ import html
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from hetplan.report.palette import KIND_COLORS
-from hetplan.report.plan_page_data import (
-    OTHER_COLOR,
-    GanttData,
-    MemoryRow,
-    ParetoPoint,
-    kind_name,
-)
+from hetplan.report import gantt
+from hetplan.report.gantt import LEGEND, MARGIN
+from hetplan.report.plan_page_data import GanttData, MemoryRow, ParetoPoint
 
 # ruff: noqa: PLC0415
 if TYPE_CHECKING:
     from plotly.graph_objects import Figure
 
-COMPUTE = frozenset({"fwd", "bwd", "optimizer"})
-P2P = frozenset({"send", "recv"})
-# Bar placement within a device row (row pitch 1, (offset, width)): compute fills most of the
-# row; point-to-point transfers and collectives get thin lanes under it, so communication
-# that overlaps compute stays visible.
-LANES = {"compute": (-0.42, 0.5), "p2p": (0.12, 0.13), "collective": (0.27, 0.13)}
-LEGEND = {"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 0}
-MARGIN = {"l": 10, "r": 10, "t": 30, "b": 50}
-
-
-def _lane(kind: str) -> tuple[float, float]:
-    if kind in P2P:
-        return LANES["p2p"]
-    return LANES["compute"] if kind in COMPUTE else LANES["collective"]
-
 
 def gantt_figure(g: GanttData) -> Figure:
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    for kind in g.kinds:
-        bars = [b for b in g.bars if b.kind == kind]
-        offset, width = _lane(kind)
-        fig.add_trace(
-            go.Bar(
-                name=kind_name(kind),
-                orientation="h",
-                y=[b.row for b in bars],
-                x=[1e3 * (b.end_s - b.start_s) for b in bars],
-                base=[1e3 * b.start_s for b in bars],
-                offset=offset,
-                width=width,
-                marker={"color": KIND_COLORS.get(kind, OTHER_COLOR), "line": {"width": 0}},
-                hovertext=[b.hover for b in bars],
-                hoverinfo="text",
-                showlegend=True,
-            )
-        )
-    if g.window is not None:
-        fig.add_vrect(
-            x0=1e3 * g.window[0], x1=1e3 * g.window[1], fillcolor="#999", opacity=0.12,
-            line_width=0, layer="below",
-        )  # fmt: skip
+    """The simulated iteration: one panel of the one Gantt chart (:mod:`.gantt`)."""
     steady = "time since the start of the simulated iterations (ms)"
-    xlabel = "time in the iteration (ms)" if g.window is None else steady
-    fig.update_layout(
-        barmode="overlay",
-        height=max(320, 140 + 34 * len(g.rows)),
-        margin=MARGIN,
-        legend=LEGEND,
-        xaxis={"title": {"text": xlabel}, "rangemode": "tozero"},
-        yaxis={
-            "title": {"text": "device"},
-            "type": "category",
-            "categoryorder": "array",
-            "categoryarray": g.rows,
-            "range": [len(g.rows) - 0.5, -0.5],
-        },
-        plot_bgcolor="white",
-    )
-    fig.update_xaxes(showgrid=True, gridcolor="#eee")
-    return fig
+    return gantt.gantt_figure(
+        g.rows, [gantt.Panel(title="", bars=g.bars)], kinds=g.kinds, window=g.window,
+        xlabel="time in the iteration (ms)" if g.window is None else steady,
+    )  # fmt: skip
 
 
 def _gb(n: float) -> float:
