@@ -58,6 +58,12 @@ def _plan_then_train(
     # One rank per device of every stage (a tensor-parallel stage has tp devices).
     assert len(data["ranks"]) == sum(len(s["devices"]) for p in pipes for s in p["stages"])
     assert Path(data["trace_chart"]).is_file()
+    # Every rank's forward is in the comparison, measured from the executed trace itself.
+    rows = data["trace_comparison"]["rows"]
+    fwd = {r["device"]: r["measured_s"] for r in rows if r["kind"] == "fwd"}
+    spans = {r["device"]: sum(a["end"] - a["start"] for a in r["actions"] if a["kind"] == "fwd")
+             for r in data["ranks"]}  # fmt: skip
+    assert fwd == pytest.approx(spans) and all(v > 0 for v in fwd.values())
     return data
 
 

@@ -266,7 +266,12 @@ def _report(plan: Plan, clus: Cluster, measured: Measurement, path: Path, run: _
         writeback_json,
         writeback_lines,
     )
-    from hetplan.run.measure import save_measurement, with_predicted_memory, with_prediction
+    from hetplan.run.measure import (
+        save_measurement,
+        with_predicted_memory,
+        with_prediction,
+        with_trace,
+    )
     from hetplan.run.train import predict_plan, with_energy
     from hetplan.run.tune import idle_devices, idle_watts
 
@@ -278,6 +283,7 @@ def _report(plan: Plan, clus: Cluster, measured: Measurement, path: Path, run: _
         memory = comparable_memory(prediction)
         measured = with_predicted_memory(measured, memory)
         measured.predicted_energy_j_per_iteration = prediction.energy_j_per_iteration
+        measured = with_trace(measured, prediction.timeline.spans())
         chart = trace_chart(measured, prediction.timeline, path.with_suffix(".gantt.html"))
     else:
         measured = with_prediction(measured, None, source)

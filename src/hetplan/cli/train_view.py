@@ -12,6 +12,7 @@ from rich.table import Table
 
 from hetplan.cli.output import console
 from hetplan.plan.staleness import is_asynchronous, staleness_text
+from hetplan.planspec.trace import TraceComparison
 from hetplan.report.gantt import Panel, bars_of, gantt_figure, gantt_page
 from hetplan.run.measure import Measurement, memory_error
 from hetplan.run.writeback import WriteBack
@@ -89,6 +90,8 @@ def print_report(
                 f"{plural(idle[1], 'cluster device')} the plan leaves out (modelled) = "
                 f"{fmt_joules(m.energy_j_per_iteration + idle_j)} per iteration"
             )
+    if m.trace_comparison is not None:
+        console.print(trace_line(m.trace_comparison))
     first = m.first_step
     console.print(
         f"losses (global-batch mean, steps {first}..{first + len(m.loss) - 1}): {_losses(m.loss)}"
@@ -96,6 +99,21 @@ def print_report(
     if m.checkpoint is not None:
         console.print(f"checkpoint {m.checkpoint} (resume with --resume)")
     console.print(f"saved {path}" + (f" and {chart}" if chart is not None else ""))
+
+
+def trace_line(c: TraceComparison) -> str:
+    """Executed against simulated time per kind of action, summed over the ranks."""
+    parts = []
+    for kind in ("fwd", "bwd", "optimizer", "send", "recv", "allreduce"):
+        rows = [r for r in c.rows if r.kind == kind]
+        sim, mea = sum(r.simulated_s for r in rows), sum(r.measured_s for r in rows)
+        if sim > 0 and mea > 0:
+            parts.append(f"{kind} {fmt_seconds(mea)} vs {fmt_seconds(sim)}")
+    err = "-" if c.median_abs_error is None else fmt_percent(c.median_abs_error, 1)
+    return (
+        f"executed vs simulated, summed over the ranks: {'; '.join(parts) or 'nothing to compare'}"
+        f" (median |error| per rank and kind {err})"
+    )
 
 
 def _losses(losses: list[float], keep: int = 8) -> str:
@@ -129,6 +147,7 @@ def report_json(m: Measurement, path: Path, chart: Path | None, idle_w: float) -
         "predicted_energy_j_per_iteration": m.predicted_energy_j_per_iteration,
         "energy_source": m.energy_source,
         "checkpoint": m.checkpoint,
+        "trace_comparison": None if m.trace_comparison is None else to_data(m.trace_comparison),
         "idle_w_of_unused_devices": idle_w,
         "ranks": [{**to_data(r), "memory_error": memory_error(r)} for r in m.ranks],
         "file": str(path),

@@ -122,14 +122,16 @@ def gantt_figure(
     fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=[p.title for p in panels])  # fmt: skip
     order = list(kinds or dict.fromkeys(b.kind for p in panels for b in p.bars))
-    shown = set(rows)
+    shown, legended = set(rows), set()
     for k, panel in enumerate(panels, start=1):
         for kind in order:
             bars = [b for b in panel.bars if b.kind == kind and b.row in shown]
+            first = kind not in legended and (bool(bars) or k == len(panels))
+            legended |= {kind} if first else set()
             offset, width = _lane(kind)
             fig.add_trace(
                 go.Bar(
-                    name=kind_name(kind), legendgroup=kind, showlegend=k == 1, orientation="h",
+                    name=kind_name(kind), legendgroup=kind, showlegend=first, orientation="h",
                     y=[b.row for b in bars], x=[1e3 * b.span.duration for b in bars],
                     base=[1e3 * b.start_s for b in bars], offset=offset, width=width,
                     marker={"color": KIND_COLORS.get(kind, OTHER_COLOR), "line": {"width": 0}},

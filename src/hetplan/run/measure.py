@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from hetplan.planspec import Plan
-from hetplan.planspec.trace import Span, shifted
+from hetplan.planspec.trace import Span, TraceComparison, compare, shifted
 from hetplan.serde import to_data, write_json_atomic
 
 DEFAULT_OUT_DIR = Path("out")
@@ -89,6 +89,9 @@ class Measurement:
     """Why a trial ended before its last step (None: it ran every step)."""
     checkpoint: str | None = None
     """The checkpoint written at the end of the run, if any."""
+    trace_comparison: TraceComparison | None = None
+    """The executed last step against the simulated iteration, per device and kind of action
+    (:func:`hetplan.planspec.trace.compare`)."""
     energy_j_per_iteration: float | None = None
     """Energy of one iteration, joules (all plan devices): the meters' advance over the timed
     steps divided by their number."""
@@ -205,6 +208,13 @@ def with_prediction(m: Measurement, predicted_s: float | None, source: str) -> M
     m.prediction_source = source
     if predicted_s is not None and predicted_s > 0:
         m.relative_error = (m.measured_iteration_s - predicted_s) / predicted_s
+    return m
+
+
+def with_trace(m: Measurement, simulated: list[Span]) -> Measurement:
+    """``m`` with its executed spans compared to the simulated iteration 0's."""
+    executed = [a for r in m.ranks for a in r.actions]
+    m.trace_comparison = compare([s for s in simulated if s.iteration == 0], executed)
     return m
 
 
