@@ -204,7 +204,6 @@ class Executor:
         self.record(kind, act.stage, act.microbatch, start)
 
     def _run(self, act: Action) -> None:
-        start = self.stamp()
         if act.kind == "fwd":
             self._forward(act)
             return  # recorded by _forward, from the arrival of its input
@@ -213,6 +212,7 @@ class Executor:
                 self._backward(act)
             return  # parts are recorded by _backward
         elif act.kind == "send":
+            start = self.stamp()  # (a CUDA event per stamp: taken only where recorded)
             if self._transfer(act) == "send":
                 self._record("send", act, start)
             return  # a receive is recorded when its data has arrived (_wait)

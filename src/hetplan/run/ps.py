@@ -72,6 +72,9 @@ class PsExecutor(Executor):
         return super().step(x, y)
 
     def _run(self, act: Action) -> None:
+        if act.kind not in ("ps_push", "ps_pull", "optimizer"):
+            super()._run(act)
+            return
         start = self.stamp()
         if act.kind == "ps_push":
             self._push()
@@ -82,9 +85,6 @@ class PsExecutor(Executor):
             for p in self.module.parameters():  # the summed gradient of the hosted shards
                 if id(p) not in mine:
                     p.grad = None
-        else:
-            super()._run(act)
-            return
         self._record(act.kind, act, start)
 
     def _push(self) -> None:
