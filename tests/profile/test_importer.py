@@ -92,7 +92,8 @@ def test_imported_costs_price_a_one_device_plan(tmp_path: Path, fmt: str) -> Non
     assert f"stored in {path}" in result.output
     profile = load_profile(path)
     assert profile.tp == 1 and profile.optimizer == "none"
-    assert any("t = k*b" in n for n in profile.notes)
+    assert profile.source == "imported"
+    assert any("prices micro-batch 4 only" in n for n in profile.notes)
 
     plan = one_device_plan()
     graph = build_graph(plan.model)

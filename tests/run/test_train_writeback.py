@@ -8,51 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from train_helpers import cli, train_until_written
+from writeback_helpers import LAYERS, LOCAL, REF, SHARED, gpipe, measured, store_with_import
 
-from hetplan.cli.main import main
 from hetplan.cluster import load_cluster
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
-from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.planspec import PipelinePlan, Plan, StagePlan
 from hetplan.predict import predict
-from hetplan.profile.importer import import_file
 from hetplan.profile.measured import MeasuredCompute
 from hetplan.profile.select import compute_model
-from hetplan.profile.store import load_profiles, save_profile
-from hetplan.run.measure import Measurement, RankFigures
+from hetplan.profile.store import load_profile, load_profiles
+from hetplan.run.measure import Measurement
 from hetplan.run.writeback import run_reason, write_measured
 from hetplan.serde import load_file
-
-CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
-LOCAL = CLUSTERS / "local-cpu.yaml"
-SHARED = CLUSTERS / "local-cpu-hetero.yaml"  # local.1 and local.2 share core 1 (speed 1/2)
-LAYERS = ["stem", "layer1_0", "layer2_0", "pool", "head"]
-REF = ModelRef(name="resnet-tiny")
-
-
-def gpipe(devices: list[str], micro_batches: int = 2, **extra: Any) -> Plan:
-    stages = [StagePlan(layers=LAYERS[:2], devices=[devices[0]]),
-              StagePlan(layers=LAYERS[2:], devices=[devices[1]])]  # fmt: skip
-    return Plan(
-        model=REF, strategy="gpipe", global_batch=4, micro_batches=micro_batches,
-        pipelines=[PipelinePlan(batch=4, stages=stages)], **extra,
-    )  # fmt: skip
-
-
-def measured(plan: Plan, per_rank: list[tuple[float, float]], steps: int = 3) -> Measurement:
-    """A run of ``plan`` whose rank r measured (forward, backward) seconds per step."""
-    ranks = [
-        RankFigures(
-            rank=r, device=d, pipeline=0, stage=r, step_s=f + b, forward_s=f, backward_s=b,
-            optimizer_s=0.0, wait_s=0.0, peak_memory_bytes=0, memory_source="tensor bytes",
-        )
-        for r, (d, (f, b)) in enumerate(zip(plan.devices, per_rank, strict=True))
-    ]  # fmt: skip
-    return Measurement(
-        plan=plan, cluster="test", steps=steps, warmup=1, measured_iteration_s=1.0,
-        iteration_p10_s=1.0, iteration_p90_s=1.0, iteration_s=[1.0] * steps,
-        loss=[0.0] * (steps + 1), ranks=ranks,
-    )  # fmt: skip
 
 
 def stage_sums(costs: list[Any], lo: int, hi: int) -> tuple[float, float]:
@@ -63,14 +32,19 @@ def test_new_profile_prices_each_stage_at_its_measured_time(tmp_path: Path) -> N
     cluster = load_cluster(SHARED)
     plan = gpipe(["local.1", "local.2"])
     back = write_measured(measured(plan, [(6e-3, 9e-3), (4e-3, 5e-3)]), cluster, None, tmp_path)
-    assert back.skipped == [] and [k for k, _ in back.written] == ["cpu"]
+    assert back.skipped == [] and [w.device_type for w in back.written] == ["cpu"]
+    [w] = back.written
+    assert (w.sizes, w.runs, w.steps, w.shadowed) == ((2,), (1,), 10, ())
+    assert w.path.name == "cpu__resnet-tiny__3x32x32__b2__fp32__written-back.json"
     [profile] = load_profiles(tmp_path)
-    assert profile.batch_sizes == (2,)
+    assert profile.batch_sizes == (2,) and profile.source == "written-back"
+    assert profile.batches[0].provenance is not None
+    assert profile.batches[0].provenance.steps == 10
     assert any("sharing cores (local.1, local.2)" in n for n in profile.notes)
     graph = build_graph(REF)
     dev = cluster.device("local.1")  # speed 1/2: stored times are at full speed
     costs = MeasuredCompute([profile]).layer_costs(graph, dev, 2)
-    assert {c.source for c in costs} == {"measured on cpu"}
+    assert {c.source for c in costs} == {"measured on cpu (written back)"}
     # Per micro-batch (2 per step) the stages cost what was measured.
     assert stage_sums(costs, 0, 2) == pytest.approx((3e-3, 4.5e-3), rel=1e-12)
     assert stage_sums(costs, 2, 5) == pytest.approx((2e-3, 2.5e-3), rel=1e-12)
@@ -81,39 +55,47 @@ def test_new_profile_prices_each_stage_at_its_measured_time(tmp_path: Path) -> N
     )
 
 
-def _store_with_import(tmp_path: Path) -> Path:
-    rows = [
-        {"layer": n, "device_type": "cpu", "dtype": "fp32", "micro_batch": b,
-         "fwd_s": (i + 1) * b * 1e-4, "bwd_s": (i + 1) * (1 + b) * 1e-4}
-        for b in (1, 4) for i, n in enumerate(LAYERS)
-    ]  # fmt: skip
-    file = tmp_path / "rows.json"
-    file.write_text(json.dumps(rows))
-    store = tmp_path / "store"
-    [profile] = import_file(file, "resnet-tiny")
-    save_profile(profile, store)
-    return store
-
-
-def test_merge_adds_the_size_and_keeps_unmeasured_layers(tmp_path: Path) -> None:
-    store = _store_with_import(tmp_path)
-    [old] = load_profiles(store)
+def test_a_profile_measured_on_purpose_is_never_edited_and_still_prices(tmp_path: Path) -> None:
+    store = store_with_import(tmp_path)
+    [(imported_path, imported)] = [(p, load_profile(p)) for p in store.glob("*.json")]
+    before = imported_path.read_bytes()
     plan = gpipe(["local.0", "local.1"])
     m = measured(plan, [(8e-3, 6e-3), (0.0, 0.0)])  # the second stage measured nothing
     back = write_measured(m, load_cluster(LOCAL), None, store)
-    assert [p.name for _, p in back.written] == ["cpu__resnet-tiny__3x32x32__b1-2-4__fp32.json"]
-    assert [p.name for p in store.glob("*.json")] == [back.written[0][1].name]  # old one gone
-    [new] = load_profiles(store)
-    assert new.batch_sizes == (1, 2, 4)
-    assert new.batches[0] == old.batches[0] and new.batches[2] == old.batches[1]
-    at2 = {t.name: t for t in new.batches[1].layers}
+    [w] = back.written
+    assert w.path.name == "cpu__resnet-tiny__3x32x32__b2__fp32__written-back.json"
+    assert w.shadowed == (2,)  # the imported fit over 1 and 4 prices micro-batch 2
+    assert imported_path.read_bytes() == before
+    new = load_profile(w.path)
+    at2 = {t.name: t for t in new.batches[0].layers}
+    # Stage 1: 8 ms per step over 2 micro-batches, shared as the imported fits share it.
     assert at2["stem"].fwd.median_s + at2["layer1_0"].fwd.median_s == pytest.approx(4e-3)
     assert at2["stem"].fwd.median_s / at2["layer1_0"].fwd.median_s == pytest.approx(
-        old.fit("stem").fwd.at(2) / old.fit("layer1_0").fwd.at(2)
+        imported.fit("stem").fwd.at(2) / imported.fit("layer1_0").fwd.at(2)
     )
-    for name in LAYERS[2:]:
-        assert at2[name].bwd.median_s == pytest.approx(old.fit(name).bwd.at(2))
-    assert not any("one micro-batch size" in n for n in new.notes)
+    for name in LAYERS[2:]:  # unmeasured: the imported costs at that size
+        assert at2[name].bwd.median_s == pytest.approx(imported.fit(name).bwd.at(2))
+    # The imported profile still prices every size, micro-batch 2 included.
+    graph, dev = build_graph(REF), load_cluster(LOCAL).device("local.0")
+    costs = MeasuredCompute(load_profiles(store)).layer_costs(graph, dev, 2)
+    assert {c.source for c in costs} == {"measured on cpu"}
+    assert costs[0].fwd_s == pytest.approx(imported.fit("stem").fwd.at(2))
+
+
+def test_written_back_figures_fill_a_size_a_one_size_profile_lacks(tmp_path: Path) -> None:
+    """A profiled file of micro-batch 4 only prices 4; the write-back at 2 prices 2."""
+    store = store_with_import(tmp_path, sizes=(4,), source="profiled")
+    plan = gpipe(["local.0", "local.1"])  # micro-batch 2
+    back = write_measured(
+        measured(plan, [(8e-3, 6e-3), (6e-3, 4e-3)]), load_cluster(LOCAL), None, store
+    )
+    assert [w.shadowed for w in back.written] == [()]
+    graph, dev = build_graph(REF), load_cluster(LOCAL).device("local.0")
+    model = MeasuredCompute(load_profiles(store))
+    assert {c.source for c in model.layer_costs(graph, dev, 2)} == {
+        "measured on cpu (written back)"
+    }
+    assert {c.source for c in model.layer_costs(graph, dev, 4)} == {"measured on cpu"}
 
 
 def test_partial_cover_without_a_stored_profile_writes_nothing(tmp_path: Path) -> None:
@@ -123,7 +105,7 @@ def test_partial_cover_without_a_stored_profile_writes_nothing(tmp_path: Path) -
     assert back.written == []
     assert back.skipped == [
         "stages on cpu at micro-batch 2 cover 2 of resnet-tiny's 5 layers and the store has no "
-        "profile of cpu to complete them"
+        "profile of cpu at that size to complete them"
     ]
     assert list(tmp_path.iterdir()) == []
 
@@ -140,15 +122,7 @@ def test_runs_that_cannot_be_written_back_say_why() -> None:
     )
 
 
-def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    out = capsys.readouterr()
-    assert exc.value.code in (0, None), out.err
-    return out.out
-
-
-@pytest.mark.slow  # two real one-rank runs of a few steps: about 10-20 s on 2 busy cores
+@pytest.mark.slow  # three real one-rank runs (more on a busy machine): about 25 s on 2 cores
 def test_train_writes_back_and_the_next_prediction_uses_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -159,10 +133,13 @@ def test_train_writes_back_and_the_next_prediction_uses_it(
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(json.dumps(dataclasses.asdict(plan)))
     store, out = tmp_path / "store", tmp_path / "m.json"
-    argv = ["train", str(plan_file), "--cluster", str(LOCAL), "--steps", "2", "--warmup", "1"]
-    text = _cli([*argv, "--out", str(out), "--profiles", str(store)], capsys)
+    argv = ["train", str(plan_file), "--cluster", str(LOCAL), "--out", str(out)]
+    report = train_until_written([*argv, "--profiles", str(store)], capsys)
     [path] = list(store.glob("cpu__*.json"))
-    assert f"profile of cpu written back with the measured stage times: {path}" in text
+    assert path.name.endswith("__b2__fp32__written-back.json")
+    [written] = report["profiles_written"]
+    assert written["path"] == str(path) and written["device_type"] == "cpu"
+    assert (written["micro_batches"], written["runs"], written["steps"]) == ([2], [1], 30)
     m = load_file(Measurement, out)
     assert m.prediction_source == "analytical"  # the store was empty before the run
     rank = m.ranks[0]
@@ -170,15 +147,15 @@ def test_train_writes_back_and_the_next_prediction_uses_it(
     graph = build_graph(REF)
     cluster = load_cluster(LOCAL)
     pred = predict(plan, graph, cluster, compute_model("fp32", directory=store))
-    assert pred.cost_source == "measured on cpu"
+    assert pred.cost_source == "measured on cpu (written back)"
     ops = [o for o in pred.timeline.spans() if o.iteration == 0]
     fwd = sum(o.end - o.start for o in ops if o.kind == "fwd")
     bwd = sum(o.end - o.start for o in ops if o.kind == "bwd")
     assert (fwd, bwd) == pytest.approx((rank.forward_s, rank.backward_s), rel=1e-9)
 
     quiet = tmp_path / "quiet"
-    text = _cli(
-        [*argv, "--out", str(out), "--profiles", str(quiet), "--no-save-profile", "--json"], capsys
-    )
+    short = [*argv, "--steps", "2", "--warmup", "0", "--profiles", str(quiet)]
+    text = cli([*short, "--no-save-profile", "--json"], capsys)
     assert json.loads(text)["profiles_written"] == []
+    assert "the run timed 2 step(s); a write-back needs at least 5" in cli(short, capsys)
     assert not list(quiet.glob("*.json"))

@@ -259,13 +259,8 @@ def _report(plan: Plan, clus: Cluster, measured: Measurement, path: Path, run: _
     """Energy, prediction, chart, the saved measurement and profile write-back, printed or as
     JSON."""
     from hetplan.bench.runner import comparable_memory
-    from hetplan.cli.train_view import (
-        print_report,
-        report_json,
-        trace_chart,
-        writeback_json,
-        writeback_lines,
-    )
+    from hetplan.cli.train_view import print_report, report_json, trace_chart
+    from hetplan.cli.writeback_view import writeback_json, writeback_lines
     from hetplan.run.measure import (
         save_measurement,
         with_predicted_memory,

@@ -25,6 +25,7 @@ from hetplan.cli import (
     cmd_predict,
     cmd_profile,
     cmd_run,
+    cmd_store,
     cmd_tune,
 )
 from hetplan.cli.output import silence_stdout
@@ -76,6 +77,7 @@ for _module in (
     cmd_plan,
     cmd_profile,
     cmd_calibrate,
+    cmd_store,
     cmd_run,
     cmd_tune,
     cmd_bench,

@@ -15,7 +15,6 @@ from hetplan.plan.staleness import is_asynchronous, staleness_text
 from hetplan.planspec.trace import TraceComparison
 from hetplan.report.gantt import Panel, bars_of, gantt_figure, gantt_page
 from hetplan.run.measure import Measurement, memory_error
-from hetplan.run.writeback import WriteBack
 from hetplan.serde import to_data, write_text_atomic
 from hetplan.simulate.timeline import Timeline
 from hetplan.units import BYTES_NOTE, fmt_bytes, fmt_joules, fmt_percent, fmt_seconds, plural
@@ -154,21 +153,3 @@ def report_json(m: Measurement, path: Path, chart: Path | None, idle_w: float) -
         "trace_chart": None if chart is None else str(chart),
     }
     return data
-
-
-def writeback_lines(back: WriteBack | None) -> list[str]:
-    """One line per profile written back (naming its file), one per reason nothing was."""
-    if back is None:
-        return []
-    lines = [f"profile of {kind} written back with the measured stage times: {path}"
-             for kind, path in back.written]  # fmt: skip
-    return lines + [f"profile not written back: {why}" for why in back.skipped]
-
-
-def writeback_json(back: WriteBack | None) -> dict[str, Any]:
-    if back is None:
-        return {"profiles_written": [], "profile_not_written": ["--no-save-profile"]}
-    return {
-        "profiles_written": [{"device_type": k, "path": str(p)} for k, p in back.written],
-        "profile_not_written": list(back.skipped),
-    }

@@ -13,7 +13,14 @@ from hetplan.profile.store import (
     profile_dir,
     save_profile,
 )
-from hetplan.profile.types import BatchTiming, LayerFit, LayerTiming, Profile, StepFit
+from hetplan.profile.types import (
+    BatchTiming,
+    LayerFit,
+    LayerTiming,
+    Profile,
+    Provenance,
+    StepFit,
+)
 
 __all__ = [
     "BatchTiming",
@@ -21,6 +28,7 @@ __all__ = [
     "LayerTiming",
     "MeasuredCompute",
     "Profile",
+    "Provenance",
     "StepFit",
     "find_profile",
     "load_profile",

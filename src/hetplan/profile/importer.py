@@ -24,7 +24,8 @@ from typing import Any
 from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
 from hetplan.profile.fit import LinearFit, Stats, fit_linear
-from hetplan.profile.types import BatchTiming, LayerFit, LayerTiming, Profile, StepFit
+from hetplan.profile.provenance import IMPORTED
+from hetplan.profile.types import BatchTiming, LayerFit, LayerTiming, Profile, Provenance, StepFit
 
 REQUIRED = ("layer", "device_type", "dtype", "micro_batch", "fwd_s", "bwd_s")
 OPTIONAL = ("tp", "fwd_peak_bytes", "bwd_peak_bytes")
@@ -69,31 +70,27 @@ def exact(seconds: float) -> Stats:
 ZERO = exact(0.0)
 
 
-def fit_series(sizes: Sequence[float], times: Sequence[float]) -> LinearFit:
-    """``t = a + k*b`` through the points; with one size, through the origin (``t = k*b``):
-    a single point cannot split fixed from per-sample cost, and proportional scaling is
-    the neutral guess for other sizes."""
-    if len(set(sizes)) == 1:
-        return LinearFit(a_s=0.0, k_s=max(sum(times) / len(times) / sizes[0], 0.0))
-    return fit_linear(sizes, times)
-
-
 ONE_SIZE = "one micro-batch size"
 
 
 def one_size_note(batches: Sequence[BatchTiming]) -> list[str]:
-    """The note of a profile fitted through the origin (it goes when sizes are added)."""
+    """The note of a profile of one size (it goes when sizes are added)."""
     if len(batches) != 1:
         return []
-    return [f"{ONE_SIZE} ({batches[0].batch}): fits go through the origin, t = k*b"]
+    b = batches[0].batch
+    return [
+        f"{ONE_SIZE} ({b}): prices micro-batch {b} only; other sizes are priced as on an "
+        "unmeasured device type (one point cannot split fixed from per-sample cost)"
+    ]
 
 
 def fit_batches(batches: Sequence[BatchTiming]) -> tuple[tuple[LayerFit, ...], StepFit]:
-    """Per-layer fits and the step fit over ``batches`` (see :func:`fit_series`)."""
+    """Per-layer fits and the step fit over ``batches`` (:func:`fit_linear`: with one size
+    the fit is flat, and :func:`hetplan.profile.measured.prices` uses it at that size only)."""
     sizes = [float(b.batch) for b in batches]
 
     def fit(pick: Callable[[BatchTiming], Stats]) -> LinearFit:
-        return fit_series(sizes, [pick(b).median_s for b in batches])
+        return fit_linear(sizes, [pick(b).median_s for b in batches])
 
     def layer(i: int) -> LayerFit:
         return LayerFit(
@@ -322,7 +319,7 @@ class ImportSource:
     dataset: str | None
 
 
-def _batch(b: int, layers: dict[str, Row], graph: ModelGraph) -> BatchTiming:
+def _batch(b: int, layers: dict[str, Row], graph: ModelGraph, when: str) -> BatchTiming:
     timings = tuple(
         LayerTiming(
             name=x.name,
@@ -336,7 +333,7 @@ def _batch(b: int, layers: dict[str, Row], graph: ModelGraph) -> BatchTiming:
     total = sum(t.fwd.median_s + t.bwd.median_s for t in timings)
     return BatchTiming(
         batch=b, layers=timings, step=exact(total), other=ZERO, loss_fwd=ZERO, loss_bwd=ZERO,
-        optimizer=ZERO,
+        optimizer=ZERO, provenance=Provenance(when=when, steps=0, spread=None),
     )  # fmt: skip
 
 
@@ -360,7 +357,8 @@ def build_profile(
 ) -> Profile:
     """The profile of one (device type, dtype, tp) group."""
     kind, dtype, tp = group
-    batches = tuple(_batch(b, by_batch[b], src.graph) for b in sorted(by_batch))
+    when = datetime.now(UTC).isoformat(timespec="seconds")
+    batches = tuple(_batch(b, by_batch[b], src.graph, when) for b in sorted(by_batch))
     fits, step_fit = fit_batches(batches)
     return Profile(
         device_type=kind,
@@ -380,9 +378,10 @@ def build_profile(
         batches=batches,
         fits=fits,
         step_fit=step_fit,
-        timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
+        timestamp=when,
         torch_version="unknown",
         notes=_notes(src, tp, batches),
+        source=IMPORTED,
     )
 
 

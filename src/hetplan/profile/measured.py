@@ -8,6 +8,13 @@ between the two types (source ``scaled from <type>``): the analytical model is t
 
 Only single-device profiles (``tp == 1``) price a device's layers; profiles of a
 tensor-parallel group's ranks are read by :meth:`MeasuredCompute.tp_layer_costs`.
+
+Which profile prices a size (:func:`best_profiles`): one measured on purpose (``hetplan
+profile`` or ``import-profile``) before one written back by ``hetplan train``, so a run never
+overrides what was profiled; and a profile of one micro-batch size prices that size only (one
+point cannot split the fixed per-call cost from the per-sample cost: through the origin,
+gpt-tiny's 1f1b micro-batches of a quarter of the batch were priced at a quarter of its cost,
+67-71 ms against 150-230 ms measured). Other sizes fall back as for an unmeasured type.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from hetplan.cost.compute import CACHE_ENTRIES, AnalyticalCompute
 from hetplan.cost.types import ComputeModel, LayerCost
 from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
+from hetplan.profile.provenance import WRITTEN_BACK, is_deliberate, source_of
 from hetplan.profile.types import Profile
 
 
@@ -44,19 +52,28 @@ def profile_matches(profile: Profile, graph: ModelGraph) -> bool:
     )
 
 
-def _rank(p: Profile) -> tuple[int, int, str]:
-    """Preference among matching profiles: widest batch range, then most sizes, then newest."""
-    return (max(p.batch_sizes), len(p.batch_sizes), p.timestamp)
+def prices(profile: Profile, batch: float) -> bool:
+    """Whether ``profile`` prices micro-batch ``batch``: a fit over two or more sizes prices
+    any size; one size only itself (module doc)."""
+    return len(set(profile.batch_sizes)) > 1 or batch in profile.batch_sizes
+
+
+def _rank(p: Profile) -> tuple[bool, int, int, str]:
+    """Preference among matching profiles: measured on purpose, then widest batch range, then
+    most sizes, then newest."""
+    return (is_deliberate(p), max(p.batch_sizes), len(p.batch_sizes), p.timestamp)
 
 
 def best_profiles(
-    profiles: Sequence[Profile], graph: ModelGraph, tp: int = 1
+    profiles: Sequence[Profile], graph: ModelGraph, tp: int = 1, batch: float | None = None
 ) -> dict[str, Profile]:
     """One profile of ``graph`` at tensor-parallel degree ``tp`` per device type (see
-    :func:`_rank`)."""
+    :func:`_rank`), among those that price ``batch`` where it is given."""
     best: dict[str, Profile] = {}
     for p in profiles:
         if p.tp != tp or not profile_matches(p, graph):
+            continue
+        if batch is not None and not prices(p, batch):
             continue
         cur = best.get(p.device_type)
         if cur is None or _rank(p) > _rank(cur):
@@ -97,9 +114,9 @@ class MeasuredCompute:
     def _type(self, name: str) -> DeviceType | None:
         return self.types.get(name) or catalog_resolver(name)
 
-    def _matching(self, graph: ModelGraph) -> dict[str, Profile]:
-        """One single-device profile per measured device type."""
-        return best_profiles(self.profiles, graph)
+    def _matching(self, graph: ModelGraph, batch: float | None = None) -> dict[str, Profile]:
+        """One single-device profile per measured device type (pricing ``batch`` if given)."""
+        return best_profiles(self.profiles, graph, batch=batch)
 
     def tp_layer_costs(
         self, graph: ModelGraph, device: Device, batch: int, tp: int
@@ -107,7 +124,7 @@ class MeasuredCompute:
         """One rank's measured costs of every layer in a tensor-parallel group of ``tp``
         devices of ``device``'s type (its share of split layers, all of replicated ones, as
         that rank ran them), divided by the speed share; None without such a profile."""
-        own = best_profiles(self.profiles, graph, tp).get(device.type.name)
+        own = best_profiles(self.profiles, graph, tp, batch).get(device.type.name)
         if own is None:
             return None
         return _measured_costs(own, graph, batch, device.speed, self.include_loss)
@@ -127,7 +144,7 @@ class MeasuredCompute:
         return list(costs)
 
     def _costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
-        measured = self._matching(graph)
+        measured = self._matching(graph, batch)
         own = measured.get(device.type.name)
         if own is not None:
             return _measured_costs(own, graph, batch, device.speed, self.include_loss)
@@ -157,7 +174,9 @@ class MeasuredCompute:
         base = _measured_costs(profile, graph, batch, 1.0, self.include_loss)
         fwd_total = _ratio(sum(c.fwd_s for c in target), sum(c.fwd_s for c in ref), 1.0)
         bwd_total = _ratio(sum(c.bwd_s for c in target), sum(c.bwd_s for c in ref), 1.0)
-        source = f"scaled from {profile.device_type}"
+        source = f"scaled from {profile.device_type}" + (
+            "" if is_deliberate(profile) else " (written back)"
+        )
         return [
             LayerCost(
                 fwd_s=m.fwd_s * _ratio(t.fwd_s, r.fwd_s, fwd_total) / device.speed,
@@ -193,6 +212,8 @@ def _measured_costs(
     source = f"measured on {profile.device_type}"
     if profile.tp > 1:
         source += f" (tp {profile.tp})"
+    if source_of(profile) == WRITTEN_BACK:
+        source += " (written back)"
     fits = {f.name: f for f in profile.fits}
     last = profile.fits[-1].name
     loss = profile.step_fit.loss

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import re
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ from hetplan.profile.layers import (
     inplace_layers,
     measure_batches,
 )
+from hetplan.profile.provenance import PROFILED, stats_spread
 from hetplan.profile.timing import device_name, thread_scope
-from hetplan.profile.types import Profile
+from hetplan.profile.types import BatchTiming, Profile, Provenance
 
 CPU_TYPE = "cpu"
 """Catalog type of one CPU core: a CPU profile is filed under it unless told otherwise."""
@@ -157,6 +159,8 @@ def profile_model(req: ProfileRequest) -> Profile:
         timings = measure_batches(
             module, make_batch, names, req.sizes, device=dev, settings=settings
         )
+    when = datetime.now(UTC).isoformat(timespec="seconds")
+    timings = [_with_provenance(t, when, req.steps) for t in timings]
     fits = fit_layers(timings)
     notes = list(graph.notes)
     if inplace := inplace_layers(module, names):
@@ -178,7 +182,13 @@ def profile_model(req: ProfileRequest) -> Profile:
         batches=tuple(timings),
         fits=tuple(fits),
         step_fit=fit_step(timings),
-        timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
+        timestamp=when,
         torch_version=str(torch.__version__),
         notes=tuple(notes),
+        source=PROFILED,
     )
+
+
+def _with_provenance(batch: BatchTiming, when: str, steps: int) -> BatchTiming:
+    spread = stats_spread(batch.step)
+    return dataclasses.replace(batch, provenance=Provenance(when=when, steps=steps, spread=spread))

@@ -1,5 +1,6 @@
 """The profile store: JSON files keyed by device type, model, input shape, batch set and dtype
-(and the tensor-parallel degree when it is above 1).
+(and the tensor-parallel degree when it is above 1, and ``written-back`` for what ``hetplan
+train`` wrote: it never shares a file with a profile measured on purpose).
 
 Default directory ``~/.cache/hetplan/profiles``; ``HETPLAN_PROFILE_DIR`` overrides it, and an
 explicit directory argument overrides both.
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hetplan.errors import InputError
+from hetplan.profile.provenance import WRITTEN_BACK, is_deliberate
 from hetplan.profile.types import BatchTiming, LayerFit, LayerTiming, Profile
 from hetplan.serde import from_data, load_file, to_data, write_json_atomic
 
@@ -29,6 +31,7 @@ __all__ = [
     "profile_key",
     "profile_path",
     "save_profile",
+    "stored_profiles",
 ]
 
 PROFILE_DIR_ENV = "HETPLAN_PROFILE_DIR"
@@ -56,12 +59,15 @@ def profile_key(
     batch_sizes: Sequence[int],
     dtype: str,
     tp: int = 1,
+    source: str | None = None,
 ) -> str:
     """File stem naming one profile, e.g. ``cpu__resnet18__3x32x32__b1-16-32__fp32``; a
-    tensor-parallel profile adds ``__tp2`` (tp = 1 keeps the keys of older stores)."""
+    tensor-parallel profile adds ``__tp2`` (tp = 1 keeps the keys of older stores), a written-
+    back one ``__written-back``."""
     shape = "x".join(str(d) for d in input_shape) or "scalar"
     batches = "-".join(str(b) for b in sorted(set(batch_sizes)))
     parts = (device_type, model, shape, f"b{batches}", dtype) + ((f"tp{tp}",) if tp > 1 else ())
+    parts += (WRITTEN_BACK,) if source == WRITTEN_BACK else ()
     return "__".join(_safe(p) for p in parts)
 
 
@@ -73,6 +79,7 @@ def key_of(profile: Profile) -> str:
         profile.batch_sizes,
         profile.dtype,
         profile.tp,
+        profile.source,
     )
 
 
@@ -101,18 +108,24 @@ def load_profile(path: Path) -> Profile:
     return load_file(Profile, path)
 
 
-def load_profiles(directory: Path | None = None) -> list[Profile]:
-    """Every readable profile in the store, sorted by file name; unreadable files are skipped."""
+def stored_profiles(directory: Path | None = None) -> list[tuple[Path, Profile]]:
+    """Every readable profile in the store and its file, sorted by file name; unreadable files
+    are skipped."""
     root = profile_dir(directory)
     if not root.is_dir():
         return []
     out = []
     for path in sorted(root.glob("*.json")):
         try:
-            out.append(from_data(Profile, json.loads(path.read_text()), str(path)))
+            out.append((path, from_data(Profile, json.loads(path.read_text()), str(path))))
         except (InputError, ValueError, OSError):
             continue  # a foreign or half-written file must not hide the good ones
     return out
+
+
+def load_profiles(directory: Path | None = None) -> list[Profile]:
+    """Every readable profile in the store, sorted by file name; unreadable files are skipped."""
+    return [p for _, p in stored_profiles(directory)]
 
 
 def find_profile(
@@ -124,14 +137,17 @@ def find_profile(
     batch_sizes: Sequence[int] | None = None,
     directory: Path | None = None,
     tp: int = 1,
+    written_back: bool = False,
 ) -> Profile | None:
     """The stored profile matching the key; with no ``batch_sizes``, the one covering the
-    widest batch range (ties: the newest)."""
+    widest batch range (ties: the newest). Profiles written back by ``hetplan train`` only
+    with ``written_back``."""
     shape = tuple(input_shape)
     matches = [
         p
         for p in load_profiles(directory)
-        if p.device_type == device_type
+        if (written_back or is_deliberate(p))
+        and p.device_type == device_type
         and p.model == model
         and tuple(p.input_shape) == shape
         and p.dtype == dtype

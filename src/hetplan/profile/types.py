@@ -10,6 +10,24 @@ from dataclasses import dataclass, field
 
 from hetplan.profile.fit import LinearFit, Stats
 
+SOURCES = ("profiled", "written-back", "imported")
+"""Where a profile's figures came from: ``hetplan profile``, ``hetplan train``'s write-back, or
+``hetplan import-profile``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provenance:
+    """When and from how much data one batch size's figures were measured."""
+
+    when: str
+    """UTC time, ISO 8601 (of the latest run, for figures merged from several)."""
+    steps: int
+    """Timed steps behind the figures (summed over merged runs; 0: unknown, e.g. imported)."""
+    spread: float | None
+    """p90 / p10 of the timed step times (the largest of merged runs'); None: unknown."""
+    runs: int = 1
+    """Runs merged into the figures (write-back keeps a median over runs)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class LayerTiming:
@@ -42,6 +60,9 @@ class BatchTiming:
     ``other``)."""
     optimizer: Stats
     """The optimizer step (part of ``other``)."""
+    provenance: Provenance | None = None
+    """None in files written before provenance was kept (see
+    :func:`hetplan.profile.provenance.provenance_of`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,10 +125,18 @@ class Profile:
     """UTC time, ISO 8601."""
     torch_version: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    source: str | None = None
+    """One of :data:`SOURCES`; None in files written before provenance was kept (see
+    :func:`hetplan.profile.provenance.source_of`)."""
+    history: tuple[BatchTiming, ...] = ()
+    """Written back: every kept run's batch, oldest first; ``batches`` holds their
+    steps-weighted median per size (:mod:`hetplan.profile.merge`)."""
 
     def __post_init__(self) -> None:
         if self.tp < 1:
             raise ValueError(f"tp: must be >= 1 (got {self.tp})")
+        if self.source is not None and self.source not in SOURCES:
+            raise ValueError(f"source: {self.source!r}; expected one of {', '.join(SOURCES)}")
 
     @property
     def layer_names(self) -> tuple[str, ...]:

@@ -58,6 +58,9 @@ class RankFigures:
     a RAPL reading covers the node's CPU packages, an NVML one this rank's GPU)."""
     energy_source: str | None = None
     """``nvml`` or ``rapl`` where the rank read a meter."""
+    compute_spread: float | None = None
+    """p90/p10 of the rank's forward + backward time over the timed steps (None: no positive
+    p10, or a measurement written before it was kept): how steady what write-back stores is."""
 
 
 @dataclass(kw_only=True)
@@ -191,7 +194,15 @@ def _rank_figures(r: dict[str, Any], warmup: int, origin: float = 0.0) -> RankFi
         ),
         energy_j=_window_energy(r.get("energy_j", []), warmup),
         energy_source=r.get("energy_source"),
+        compute_spread=_ratio_p90_p10(
+            [f + b for f, b in zip(r["forward_s"], r["backward_s"], strict=True)][warmup:]
+        ),
     )
+
+
+def _ratio_p90_p10(values: list[float]) -> float | None:
+    low = percentile(values, 10) if values else 0.0
+    return percentile(values, 90) / low if low > 0 else None
 
 
 def _window_energy(per_step: list[float], warmup: int) -> float | None:
