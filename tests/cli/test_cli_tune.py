@@ -123,3 +123,9 @@ def test_profile_power_without_a_counter_says_why(
         "hetplan: error: cpu: no energy counter (no RAPL here); the power model keeps the "
         "catalog's idle and max watts"
     )
+
+
+def test_profile_power_on_a_cpu_needs_its_type(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(["profile-power", "--seconds", "1"], capsys)
+    assert code == 2
+    assert "--type" in err and len(err.strip().splitlines()) == 1

@@ -10,20 +10,33 @@ import pytest
 
 from hetplan.cluster import load_cluster
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.run.energy_check import gpu_power_points, with_energy
 from hetplan.run.measure import summarize
-from hetplan.run.train import with_energy
+from hetplan.run.power_profile import record_power_points
 from hetplan.run.tune import idle_watts
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "local-cpu-hetero.yaml"
+GPUS = CLUSTER.with_name("homogeneous-4gpu.yaml")
 
 
-def _raw(rank: int, device: str, kind: str, energy: list[float], source: str | None) -> Any:
+def _raw(
+    rank: int,
+    device: str,
+    kind: str,
+    energy: list[float],
+    source: str | None,
+    limit_w: float | None = None,
+) -> Any:
+    """A rank's raw result; ``energy``: the meter's advance in each step (warm-up first),
+    of which the timed window (steps 1..3, 1 s each plus 0.1 s between steps) is what the
+    rank reports."""
+    window = (sum(energy[1:]), 3.2, 3) if energy else None
     return {
         "rank": rank, "device": device, "device_kind": kind, "pipeline": rank, "stage": 0,
         "step_s": [2.0, 1.0, 1.0, 1.0], "forward_s": [0.3] * 4, "backward_s": [0.4] * 4,
         "optimizer_s": [0.1] * 4, "loss": [1.0, 0.9, 0.8, 0.7], "peak_memory_bytes": 1,
-        "memory_source": "tensor bytes", "actions": [], "energy_j": energy,
-        "energy_source": source,
+        "memory_source": "tensor bytes", "actions": [], "energy_window": window,
+        "energy_source": source, "power_limit_w": limit_w,
     }  # fmt: skip
 
 
@@ -51,7 +64,7 @@ def test_gpu_ranks_each_metered_add_up() -> None:
         _raw(1, "b", "cuda:1", [0.0, 50.0, 40.0, 60.0], "nvml"),
     ]
     m = summarize(_plan(["a", "b"]), raw, warmup=1)
-    assert m.energy_j_per_iteration == 160.0  # (150 + 150 + 180) / 3: the window's advance
+    assert m.energy_j_per_iteration == 160.0  # (330 + 150) / 3: each window's advance per step
 
 
 def test_a_gap_in_the_meters_falls_back_to_the_model() -> None:
@@ -85,3 +98,50 @@ def test_a_rapl_reading_already_holds_the_unused_cpus_of_its_node() -> None:
         plan, [_raw(0, a, "cpu", [], None), _raw(1, b, "cpu", [], None)], warmup=1
     )
     assert idle_watts(plan, cluster, unmetered) == cluster.device(c).type.idle_power_w
+
+
+def test_a_window_above_the_power_limit_is_rejected_with_its_figures() -> None:
+    cluster = load_cluster(GPUS)
+    a = cluster.devices[0].id
+    # 3 timed steps of 1 J... 2400 J over 3.2 s: 750 W against a 700 W enforced limit (+5%
+    # allowed: 735 W) -> rejected; 2240 J: 700 W -> kept
+    bad = summarize(_plan([a]), [_raw(0, a, "cuda:0", [0.0, 800.0, 800.0, 800.0], "nvml",
+                                      700.0)], warmup=1)  # fmt: skip
+    assert bad.ranks[0].power_w == pytest.approx(750.0)
+    bad = with_energy(bad, cluster)
+    assert bad.energy_invalid is not None
+    assert "2400.0 J over 3.200 s implies 750 W" in bad.energy_invalid
+    assert "700 W" in bad.energy_invalid
+    assert bad.energy_source.startswith("modelled")
+    assert gpu_power_points(bad, cluster) == {}  # kept out of the fit
+    good = summarize(_plan([a]), [_raw(0, a, "cuda:0", [0.0, 700.0, 770.0, 770.0], "nvml",
+                                       700.0)], warmup=1)  # fmt: skip
+    good = with_energy(good, cluster)
+    assert good.energy_invalid is None
+    assert good.energy_j_per_iteration == pytest.approx(2240.0 / 3)
+    kind = cluster.device(a).type.name
+    # busy (0.3 + 0.4 + 0.1) / 1.0 s step; 2240 J / 3.2 s = 700 W
+    assert gpu_power_points(good, cluster) == {kind: [pytest.approx((0.8, 700.0))]}
+
+
+def test_without_nvml_s_limit_the_catalog_maximum_bounds_the_power() -> None:
+    cluster = load_cluster(GPUS)
+    a = cluster.devices[0].id
+    cap = cluster.device(a).type.max_power_w
+    over = 1.2 * cap * 3.2  # joules over the 3.2 s window: 20% above the catalog maximum
+    m = summarize(_plan([a]), [_raw(0, a, "cuda:0", [0.0, over, 0.0, 0.0], "nvml")], warmup=1)
+    assert with_energy(m, cluster).energy_invalid is not None
+
+
+def test_a_window_below_the_measured_rest_power_is_rejected(tmp_path: Path) -> None:
+    cluster = load_cluster(GPUS)
+    a = cluster.devices[0].id
+    kind = cluster.device(a).type.name
+    record_power_points(kind, [(0.0, 72.5), (1.0, 300.0)], tmp_path)  # profile-power's points
+    # 160 J over 3.2 s = 50 W, below the 72.5 W measured at rest
+    m = summarize(_plan([a]), [_raw(0, a, "cuda:0", [0.0, 60.0, 50.0, 50.0], "nvml", 700.0)],
+                  warmup=1)  # fmt: skip
+    m = with_energy(m, cluster, tmp_path)
+    assert m.energy_invalid is not None and "below the device's measured rest power 72 W" in (
+        m.energy_invalid
+    )

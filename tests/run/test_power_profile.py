@@ -9,6 +9,7 @@ import pytest
 
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
+from hetplan.run.energy_check import gpu_power_points
 from hetplan.run.measure import Measurement, RankFigures
 from hetplan.run.power_profile import (
     load_points,
@@ -16,7 +17,6 @@ from hetplan.run.power_profile import (
     record_power_points,
     with_power_fits,
 )
-from hetplan.run.train import gpu_power_points
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "local-cpu-hetero.yaml"
 IDLE_W = 10.0  # the fake counter's watts at rest
@@ -45,7 +45,8 @@ class FakeDevice:
 
 def test_measured_points_separate_rest_from_load() -> None:
     dev = FakeDevice()
-    points = measure_power_points("cpu", 1.0, meter=dev, load=dev.work)
+    points, limit = measure_power_points("cpu", 1.0, meter=dev, load=dev.work)
+    assert limit is None  # the fake has no enforced limit
     (u0, rest), (u1, busy) = points
     assert (u0, u1) == (0.0, 1.0)
     assert rest == pytest.approx(IDLE_W, rel=1e-3)  # two clock reads apart
@@ -61,8 +62,9 @@ def test_no_counter_is_an_input_error_with_the_reason() -> None:
 
 
 def test_points_accumulate_and_refit(tmp_path: Path) -> None:
-    assert record_power_points("cpu", [(0.5, 60.0)], tmp_path) is None  # one load: no slope
-    fit = record_power_points("cpu", [(1.0, 100.0)], tmp_path)
+    first = record_power_points("cpu", [(0.5, 60.0)], tmp_path)
+    assert first.fit is None and first.refused is None  # one load: no slope
+    fit = record_power_points("cpu", [(1.0, 100.0)], tmp_path).fit
     assert fit is not None  # line through (0.5, 60) and (1, 100): slope 80, intercept 20
     assert fit.idle_w == pytest.approx(20.0)
     assert fit.max_w == pytest.approx(100.0)
@@ -85,10 +87,12 @@ def test_fits_replace_the_catalog_figures_of_their_type_only(tmp_path: Path) -> 
 
 
 def _rank(device: str, source: str | None, energy: float | None) -> RankFigures:
+    """``energy`` joules per 0.5 s step over a window of 10 steps (5.0 s)."""
     return RankFigures(
         rank=0, device=device, pipeline=0, stage=0, step_s=0.5, forward_s=0.1, backward_s=0.2,
         optimizer_s=0.05, wait_s=0.15, peak_memory_bytes=0, memory_source="x",
-        energy_j=energy, energy_source=source,
+        energy_j=energy, energy_source=source, energy_window_s=None if energy is None else 5.0,
+        power_w=None if energy is None else energy / 0.5,
     )  # fmt: skip
 
 
@@ -100,10 +104,29 @@ def test_gpu_points_from_a_run_use_metered_gpu_ranks_only() -> None:
         cluster=None, steps=1, warmup=0, measured_iteration_s=0.5, iteration_p10_s=0.5,
         iteration_p90_s=0.5, iteration_s=[0.5], loss=[1.0],
         ranks=[
-            _rank(ids[0], "nvml", 100.0), _rank(ids[1], "rapl", 80.0), _rank(ids[2], None, None)
+            _rank(ids[0], "nvml", 4.0), _rank(ids[1], "rapl", 3.0), _rank(ids[2], None, None)
         ],
     )  # fmt: skip
     points = gpu_power_points(m, cluster)
     kind = cluster.device(ids[0]).type.name
-    # busy (0.1 + 0.2 + 0.05) / 0.5 = 0.7; 100 J over 0.5 s = 200 W
-    assert points == {kind: [pytest.approx((0.7, 200.0))]}
+    # busy (0.1 + 0.2 + 0.05) / 0.5 = 0.7; 4 J per 0.5 s step = 8 W (the cpu type's catalog
+    # maximum is 8.75 W: a plausible reading)
+    assert points == {kind: [pytest.approx((0.7, 8.0))]}
+
+
+def test_a_fit_above_the_limit_or_the_rest_power_is_refused(tmp_path: Path) -> None:
+    """After profile-power's rest 72.5 W and load 690 W on a 700 W part, run points that put
+    idle at 357 W and max at 550 W (what three bad H100 runs did) are refused, and so are
+    points whose line ends above the limit; the first fit stands."""
+    kind = "H100-SXM"
+    first = record_power_points(kind, [(0.0, 72.5), (1.0, 690.0)], tmp_path, limit_w=700.0)
+    assert first.refused is None and first.fit is not None
+    # (0.9, 1500): the least-squares line through the three points ends far above 700 W
+    over = record_power_points(kind, [(0.9, 1500.0)], tmp_path, limit_w=700.0)
+    assert over.refused is not None and "above the power limit 700 W" in over.refused
+    assert over.fit == first.fit and load_points(kind, tmp_path) == [(0.0, 72.5), (1.0, 690.0)]
+    # five points on idle 357 W, max 550 W pull the fit's idle far above 72.5 W at rest
+    bad = [(u, 357.0 + 193.0 * u) for u in (0.5, 0.6, 0.7, 0.8, 0.9)] * 4
+    high = record_power_points(kind, bad, tmp_path, limit_w=700.0)
+    assert high.refused is not None and "above the measured rest power 72 W" in high.refused
+    assert high.fit == first.fit

@@ -333,13 +333,14 @@ def profile_links(
 
 def profile_power(
     device_type: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--type",
-            help="The cluster files' device type to fit (e.g. A100-40GB). On a CPU the counter "
-            "covers whole packages: give a type whose devices stand for a whole package.",
+            help="The cluster files' device type to fit (e.g. A100-40GB); default: the catalog "
+            "type a GPU's name matches. On a CPU the counter covers whole packages: give a type "
+            "whose devices stand for a whole package.",
         ),
-    ],
+    ] = None,
     device: Annotated[str, typer.Option(help="cpu or cuda:K.")] = "cpu",
     seconds: Annotated[float, typer.Option(help="Seconds at rest and seconds under load.")] = 5.0,
     out: Annotated[Path | None, typer.Option(help="Profile store directory.")] = None,
@@ -352,18 +353,36 @@ def profile_power(
 
     if out is not None:
         check_output_dir(out, "--out")
-    kind = device_type
-    with working(f"measuring power of {device}", quiet=json_out):
-        points = measure_power_points(device, seconds)
-    fit = record_power_points(kind, points, out)
-    data = {"device": device, "type": kind, "points": points, "fit": to_data(fit)}
+    try:
+        kind = _power_type(device_type, device)
+        with working(f"measuring power of {device}", quiet=json_out):
+            points, limit = measure_power_points(device, seconds)
+        rec = record_power_points(kind, points, out, limit_w=limit)
+    except HetplanError as err:
+        raise _fail(err) from None
+    data = {"device": device, "type": kind, "points": points, "power_limit_w": limit,
+            "fit": to_data(rec.fit), "refused": rec.refused}  # fmt: skip
     if json_out:
         print_json(data)
         return
     idle, busy = points[0][1], points[-1][1]
-    console.print(f"{device} ({kind}): {idle:.1f} W at rest, {busy:.1f} W under load (measured)")
-    if fit is not None:
-        console.print(f"power model of {kind}: idle {fit.idle_w:.1f} W, max {fit.max_w:.1f} W")
+    of = f" of the {limit:.0f} W limit ({100 * busy / limit:.0f}%)" if limit else ""
+    console.print(f"{device} ({kind}): {idle:.1f} W at rest, {busy:.1f} W under load{of}")
+    if rec.refused is not None:
+        console.print(f"power model of {kind} not refitted: {rec.refused}")
+    elif rec.fit is not None:
+        console.print(
+            f"power model of {kind}: idle {rec.fit.idle_w:.1f} W, max {rec.fit.max_w:.1f} W"
+        )
+
+
+def _power_type(named: str | None, device: str) -> str:
+    """``--type``, else the catalog type of the GPU's name (a CPU needs it named)."""
+    from hetplan.profile.model import device_type_for, torch_device
+
+    if named is None and not device.startswith("cuda"):
+        raise InputError("--type: name the device type a CPU package stands for (e.g. cpu)")
+    return device_type_for(named, torch_device(device))
 
 
 def register(app: typer.Typer) -> None:

@@ -261,16 +261,17 @@ def _report(plan: Plan, clus: Cluster, measured: Measurement, path: Path, run: _
     from hetplan.bench.runner import comparable_memory
     from hetplan.cli.train_view import print_report, report_json, trace_chart
     from hetplan.cli.writeback_view import writeback_json, writeback_lines
+    from hetplan.run.energy_check import with_energy
     from hetplan.run.measure import (
         save_measurement,
         with_predicted_memory,
         with_prediction,
         with_trace,
     )
-    from hetplan.run.train import predict_plan, with_energy
+    from hetplan.run.train import predict_plan
     from hetplan.run.tune import idle_devices, idle_watts
 
-    measured = with_energy(measured, clus)
+    measured = with_energy(measured, clus, run.profiles)
     prediction, source = predict_plan(plan, clus, run.profiles)
     chart = None
     if prediction is not None:
@@ -310,19 +311,28 @@ def _write_back(m: Measurement, clus: Cluster, timeline: object | None, run: _Ru
 
 
 def _record_power(m: Measurement, cluster: Cluster, directory: Path | None) -> list[str]:
-    """Add the run's metered GPU points to the power fits; one line per refitted type."""
+    """Add the run's plausible metered GPU points to the power fits; one line per type."""
+    from hetplan.run.energy_check import gpu_power_points
     from hetplan.run.power_profile import record_power_points
-    from hetplan.run.train import gpu_power_points
 
     lines = []
-    for kind, points in gpu_power_points(m, cluster).items():
-        fit = record_power_points(kind, points, directory)
-        if fit is not None:
+    for kind, points in gpu_power_points(m, cluster, directory).items():
+        limits = [r.power_limit_w for r in m.ranks if r.power_limit_w is not None]
+        limit = min(limits) if limits else cluster_type_max(cluster, kind)
+        rec = record_power_points(kind, points, directory, limit_w=limit)
+        if rec.refused is not None:
+            lines.append(f"power model of {kind} not refitted: {rec.refused}")
+        elif rec.fit is not None:
             lines.append(
-                f"power model of {kind} refitted from {fit.samples} measured points: idle "
-                f"{fit.idle_w:.0f} W, max {fit.max_w:.0f} W"
+                f"power model of {kind} refitted from {rec.fit.samples} measured points: idle "
+                f"{rec.fit.idle_w:.0f} W, max {rec.fit.max_w:.0f} W"
             )
     return lines
+
+
+def cluster_type_max(cluster: Cluster, kind: str) -> float:
+    """The catalog's maximum power of device type ``kind`` in ``cluster``, watts."""
+    return next(d.type.max_power_w for d in cluster.devices if d.type.name == kind)
 
 
 def _options(

@@ -75,6 +75,8 @@ def print_report(
         f"peak mem: {m.ranks[0].memory_source} of the first step; pred mem: predicted without the "
         f"framework allowance (error); memory in {BYTES_NOTE}"
     )
+    if m.energy_invalid is not None:
+        console.print(f"metered energy rejected: {m.energy_invalid}", soft_wrap=True)
     if m.energy_j_per_iteration is not None:
         pred = m.predicted_energy_j_per_iteration
         vs = f"; predicted {fmt_joules(pred)}" if pred is not None else ""
@@ -145,6 +147,7 @@ def report_json(m: Measurement, path: Path, chart: Path | None, idle_w: float) -
         "energy_j_per_iteration": m.energy_j_per_iteration,
         "predicted_energy_j_per_iteration": m.predicted_energy_j_per_iteration,
         "energy_source": m.energy_source,
+        "energy_invalid": m.energy_invalid,
         "checkpoint": m.checkpoint,
         "trace_comparison": None if m.trace_comparison is None else to_data(m.trace_comparison),
         "idle_w_of_unused_devices": idle_w,

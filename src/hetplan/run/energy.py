@@ -63,10 +63,12 @@ __all__ = [
     "apply_power_fit",
     "average_watts",
     "fit_utilization_power",
+    "implausible_power",
     "load_power_fit",
     "meter_for",
     "modelled_energy_j",
     "power_fit_path",
+    "power_limit_w",
     "rapl_package_domains",
     "save_power_fit",
 ]
@@ -77,6 +79,11 @@ DEFAULT_POWERCAP_ROOT = Path("/sys/class/powercap")
 UJ_PER_J = 1_000_000  # uJ/J
 # nvmlDeviceGetTotalEnergyConsumption returns millijoules (NVML API reference, Device Queries).
 MJ_PER_J = 1_000  # mJ/J
+# nvmlDeviceGetEnforcedPowerLimit returns milliwatts (NVML API reference, Device Queries).
+MW_PER_W = 1_000  # mW/W
+LIMIT_MARGIN = 0.05
+"""A metered mean power may exceed the enforced limit by this fraction (the limit is held as an
+average over the driver's own window; issue 24's rule), no more."""
 # Package domains: "intel-rapl:N" (one colon; "intel-rapl:N:M" are sub-domains such as core
 # and dram, already inside the package). AMD counters appear under the intel-rapl driver's
 # names on most kernels; an "amd-rapl:N" tree laid out the same is accepted too.
@@ -256,6 +263,36 @@ class NvmlMeter:
 
     def read_j(self) -> float:
         return self._counter.update(self._raw_mj()) / MJ_PER_J
+
+    def power_limit_w(self) -> float | None:
+        """The GPU's enforced power limit (``nvmlDeviceGetEnforcedPowerLimit``, milliwatts),
+        watts; None where NVML does not give it."""
+        try:
+            return float(self._nvml.nvmlDeviceGetEnforcedPowerLimit(self._handle)) / MW_PER_W
+        except (AttributeError, self._nvml.NVMLError):
+            return None
+
+
+def power_limit_w(meter: EnergyMeter) -> float | None:
+    """The enforced power limit of what ``meter`` covers, watts (NVML only; None otherwise)."""
+    read = getattr(meter, "power_limit_w", None)
+    return read() if callable(read) else None
+
+
+def implausible_power(watts: float, *, limit_w: float | None, idle_w: float | None) -> str | None:
+    """Why a metered mean power cannot be right, or None: above the enforced limit by more
+    than :data:`LIMIT_MARGIN`, or below the device's measured rest power (a window that missed
+    part of its energy, or a counter that did not advance)."""
+    if limit_w is not None and watts > limit_w * (1 + LIMIT_MARGIN):
+        return (
+            f"implies {watts:.0f} W, above the enforced power limit {limit_w:.0f} W "
+            f"(+{100 * LIMIT_MARGIN:.0f}% allowed)"
+        )
+    if idle_w is not None and watts < idle_w:
+        return f"implies {watts:.0f} W, below the device's measured rest power {idle_w:.0f} W"
+    if not watts > 0:
+        return f"implies {watts:.0f} W: the counter did not advance"
+    return None
 
 
 def _cuda_uuid(index: int) -> str | None:

@@ -54,10 +54,18 @@ class RankFigures:
     """Start and end of the last timed step on the time axis of :attr:`actions`: its spans
     and their :func:`~hetplan.planspec.trace.idle_gaps` add up to it."""
     energy_j: float | None = None
-    """This rank's meter advance per timed step (over the window), joules (None: no meter;
-    a RAPL reading covers the node's CPU packages, an NVML one this rank's GPU)."""
+    """This rank's meter advance per timed step, joules: the advance over the timed window
+    (opened at the first timed step, closed after the last, the device synchronised at both
+    ends) divided by its steps (None: no meter; a RAPL reading covers the node's CPU
+    packages, an NVML one this rank's GPU)."""
     energy_source: str | None = None
     """``nvml`` or ``rapl`` where the rank read a meter."""
+    energy_window_s: float | None = None
+    """Wall seconds of the timed window (the steps and the host's work between them)."""
+    power_w: float | None = None
+    """Mean power over the timed window, watts: the meter's advance / the window's seconds."""
+    power_limit_w: float | None = None
+    """The GPU's enforced power limit as NVML reported it, watts (None: not known)."""
     compute_spread: float | None = None
     """p90/p10 of the rank's forward + backward time over the timed steps (None: no positive
     p10, or a measurement written before it was kept): how steady what write-back stores is."""
@@ -102,6 +110,9 @@ class Measurement:
     """The prediction's energy per iteration (plan devices only), joules."""
     energy_source: str = ""
     """``measured (nvml)``, ``measured (rapl)`` or ``modelled (...)``: how the energy was got."""
+    energy_invalid: str | None = None
+    """Why the metered energy was rejected, with its figures (None: accepted or not metered);
+    a rejected reading is replaced by the model and never enters a power fit."""
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -138,20 +149,40 @@ def summarize(
 def _measured_energy(raw: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     """Energy per iteration where meters covered every device: each GPU rank its own (NVML),
     CPU ranks one package reading per node (RAPL, local rank 0). Empty otherwise."""
+    del warmup  # the window opened at the first timed step
     gpu = [r for r in raw if str(r.get("device_kind", "")).startswith("cuda")]
-    metered = [r for r in raw if r.get("energy_j")]
-    if not metered or any(not r.get("energy_j") for r in gpu):
+    metered = [r for r in raw if _window(r) is not None]
+    if not metered or any(_window(r) is None for r in gpu):
         return {}
     if len(metered) == len(gpu) and len(gpu) < len(raw):  # CPU ranks without a package meter
         return {}
-    total = len(metered[0]["energy_j"])
-    per_step = [sum(r["energy_j"][i] for r in metered) for i in range(warmup, total)]
-    if not per_step:
-        return {}
+    per_step = [w[0] / w[2] for r in metered if (w := _window(r)) is not None]
     sources = sorted({str(r["energy_source"]) for r in metered})
-    return {  # the counters' advance over the timed window, per step (see _window_energy)
-        "energy_j_per_iteration": statistics.fmean(per_step),
+    return {  # each counter's advance over its timed window, per timed step
+        "energy_j_per_iteration": sum(per_step),
         "energy_source": f"measured ({', '.join(sources)})",
+    }
+
+
+def _window(r: dict[str, Any]) -> tuple[float, float, int] | None:
+    """A rank's energy window (joules, wall seconds, timed steps), None without one."""
+    w = r.get("energy_window")
+    if w is None or int(w[2]) < 1 or not float(w[1]) > 0:
+        return None
+    return float(w[0]), float(w[1]), int(w[2])
+
+
+def _rank_energy(r: dict[str, Any]) -> dict[str, Any]:
+    """A rank's metered energy per timed step and mean power over its window."""
+    w = _window(r)
+    if w is None:
+        return {}
+    joules, seconds, steps = w
+    return {
+        "energy_j": joules / steps,
+        "energy_window_s": seconds,
+        "power_w": joules / seconds,
+        "power_limit_w": r.get("power_limit_w"),
     }
 
 
@@ -192,8 +223,8 @@ def _rank_figures(r: dict[str, Any], warmup: int, origin: float = 0.0) -> RankFi
             float(r.get("last_step_start", origin)) - origin,
             float(r.get("last_step_end", origin)) - origin,
         ),
-        energy_j=_window_energy(r.get("energy_j", []), warmup),
         energy_source=r.get("energy_source"),
+        **_rank_energy(r),
         compute_spread=_ratio_p90_p10(
             [f + b for f, b in zip(r["forward_s"], r["backward_s"], strict=True)][warmup:]
         ),
@@ -203,14 +234,6 @@ def _rank_figures(r: dict[str, Any], warmup: int, origin: float = 0.0) -> RankFi
 def _ratio_p90_p10(values: list[float]) -> float | None:
     low = percentile(values, 10) if values else 0.0
     return percentile(values, 90) / low if low > 0 else None
-
-
-def _window_energy(per_step: list[float], warmup: int) -> float | None:
-    """Joules per timed step: the meter's advance over the whole timed window divided by its
-    steps. Not a median of steps: counters update every 10-100 ms (NVML, RAPL), so a short
-    step reads 0 J or a whole update period, and only the sum over many steps is right."""
-    timed = per_step[warmup:]
-    return statistics.fmean(timed) if timed else None
 
 
 def with_prediction(m: Measurement, predicted_s: float | None, source: str) -> Measurement:

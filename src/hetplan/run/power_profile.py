@@ -27,6 +27,7 @@ import torch
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError
 from hetplan.run.energy import (
+    LIMIT_MARGIN,
     EnergyMeter,
     PowerFit,
     apply_power_fit,
@@ -34,11 +35,20 @@ from hetplan.run.energy import (
     load_power_fit,
     meter_for,
     power_fit_path,
+    power_limit_w,
     save_power_fit,
 )
 from hetplan.serde import load_file, to_data, write_json_atomic
 
-LOAD_MATRIX = 1024  # elements per side of the square matmul that keeps a device busy
+LOAD_MATRIX = {"cpu": 1024, "cuda": 8192}
+"""Elements per side of the square matmul that keeps a device busy: on a GPU an 8192^3 bf16
+product loop draws the enforced limit (704 W of 700 W on an H100, issue 24); 1024^3 does not."""
+LOAD_DTYPE = {"cpu": torch.float32, "cuda": torch.bfloat16}
+LOAD_QUEUE = 8  # products queued between synchronisations: the GPU never waits for the host
+REST_MARGIN = 0.25
+"""A fit's idle power may exceed the measured rest power by this fraction: it is extrapolated
+from loaded points to busy fraction 0 and carries their scatter; 357 W against 72.5 W at rest
+(issue 24) is far outside it."""
 MIN_SPAN_S = 1.0  # seconds: energy counters update every ~10-100 ms (NVML, RAPL)
 
 
@@ -61,22 +71,69 @@ def load_points(device_type: str, directory: Path | None = None) -> list[tuple[f
     return [(float(u), float(w)) for u, w in load_file(PowerPoints, path).points]
 
 
+@dataclass(frozen=True, kw_only=True)
+class PowerRecord:
+    """What recording points did: the fit now stored, or why the new points were refused."""
+
+    fit: PowerFit | None
+    """The stored fit after the addition (None: the points do not yet span two loads)."""
+    refused: str | None = None
+    """Why the new points were not kept (the earlier points and fit stand), None if kept."""
+
+
+def rest_power_w(device_type: str, directory: Path | None = None) -> float | None:
+    """The lowest rest reading (busy fraction 0, ``profile-power``) of ``device_type``."""
+    rest = [w for u, w in load_points(device_type, directory) if u == 0.0]
+    return min(rest) if rest else None
+
+
 def record_power_points(
-    device_type: str, new: Sequence[tuple[float, float]], directory: Path | None = None
-) -> PowerFit | None:
-    """Keep ``new`` points with the earlier ones and refit; the fit, or None while the points
-    do not yet span two loads (then no fit is stored)."""
-    points = [*load_points(device_type, directory), *[(float(u), float(w)) for u, w in new]]
+    device_type: str,
+    new: Sequence[tuple[float, float]],
+    directory: Path | None = None,
+    *,
+    limit_w: float | None = None,
+) -> PowerRecord:
+    """Keep ``new`` points with the earlier ones and refit, unless the fit would put the idle
+    power above the measured rest power or the maximum above ``limit_w`` (the device's
+    enforced limit): then the new points are refused and the earlier fit stands."""
+    old = load_points(device_type, directory)
+    points = [*old, *[(float(u), float(w)) for u, w in new]]
+    fit = _fit(points)
+    why = _implausible_fit(fit, rest_power_w(device_type, directory) or _rest(new), limit_w)
+    if why is not None:
+        return PowerRecord(fit=load_power_fit(device_type, directory), refused=why)
     path = _points_path(device_type, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, to_data(PowerPoints(device_type=device_type, points=points)))
+    if fit is not None:
+        save_power_fit(device_type, fit, directory)
+    return PowerRecord(fit=fit if fit is not None else load_power_fit(device_type, directory))
+
+
+def _rest(points: Sequence[tuple[float, float]]) -> float | None:
+    rest = [w for u, w in points if u == 0.0]
+    return min(rest) if rest else None
+
+
+def _fit(points: list[tuple[float, float]]) -> PowerFit | None:
+    """The least-squares fit, None while the points do not span two loads or bound no model."""
     if len({u for u, _ in points}) < 2:
         return None
     fit = fit_utilization_power(points)
-    if fit.idle_w < 0 or fit.max_w < fit.idle_w:
-        return None  # points too noisy to bound the model; keep collecting
-    save_power_fit(device_type, fit, directory)
-    return fit
+    return None if fit.idle_w < 0 or fit.max_w < fit.idle_w else fit
+
+
+def _implausible_fit(
+    fit: PowerFit | None, rest_w: float | None, limit_w: float | None
+) -> str | None:
+    if fit is None:
+        return None
+    if limit_w is not None and fit.max_w > limit_w * (1 + LIMIT_MARGIN):
+        return f"the fit's max {fit.max_w:.0f} W is above the power limit {limit_w:.0f} W"
+    if rest_w is not None and fit.idle_w > rest_w * (1 + REST_MARGIN):
+        return f"the fit's idle {fit.idle_w:.0f} W is above the measured rest power {rest_w:.0f} W"
+    return None
 
 
 def _window_w(meter: EnergyMeter, seconds: float, work: Callable[[], None] | None = None) -> float:
@@ -95,9 +152,10 @@ def measure_power_points(
     seconds: float = 5.0,
     meter: EnergyMeter | None = None,
     load: Callable[[], None] | None = None,
-) -> list[tuple[float, float]]:
-    """(0, idle watts) and (1, watts under ``load``, by default a matmul loop) of ``device``;
-    InputError naming the reason when the device has no energy counter."""
+) -> tuple[list[tuple[float, float]], float | None]:
+    """(0, idle watts) and (1, watts under ``load``, by default a matmul loop) of ``device``,
+    and its enforced power limit (watts, None where not known); InputError naming the reason
+    when the device has no energy counter."""
     if seconds < MIN_SPAN_S:
         raise InputError(f"--seconds must be >= {MIN_SPAN_S:g} (counters update slowly)")
     if meter is None:
@@ -109,15 +167,18 @@ def measure_power_points(
             )
     idle = _window_w(meter, seconds)
     busy = _window_w(meter, seconds, load or _matmul_loop(device))
-    return [(0.0, idle), (1.0, busy)]
+    return [(0.0, idle), (1.0, busy)], power_limit_w(meter)
 
 
 def _matmul_loop(device: str) -> Callable[[], None]:
-    a = torch.randn(LOAD_MATRIX, LOAD_MATRIX, device=device)
+    kind = "cuda" if device.startswith("cuda") else "cpu"
+    n = LOAD_MATRIX[kind]
+    a = torch.randn(n, n, device=device, dtype=LOAD_DTYPE[kind])
 
     def load() -> None:
-        a.matmul(a)
-        if device.startswith("cuda"):
+        for _ in range(LOAD_QUEUE if kind == "cuda" else 1):
+            a.matmul(a)
+        if kind == "cuda":
             torch.cuda.synchronize()
 
     return load

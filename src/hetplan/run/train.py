@@ -14,7 +14,6 @@ from hetplan.graph.tp_units import TpLayout
 from hetplan.planspec import Plan
 from hetplan.run.checkpoint import find_checkpoint, read_info
 from hetplan.run.data import canonical_ref, load_data
-from hetplan.run.energy import modelled_energy_j
 from hetplan.run.launch import NodeRun, launch_local, launch_node
 from hetplan.run.layout import check_executable, run_devices
 from hetplan.run.measure import Measurement, summarize
@@ -288,38 +287,6 @@ def predict_plan(
     # What priced the layers, per device type: profiles of another model or device type do
     # not count as measured (the prediction's own account, not the store's size).
     return pred, pred.cost_source
-
-
-def with_energy(m: Measurement, cluster: Cluster) -> Measurement:
-    """``m`` with its energy per iteration: as measured by the meters where they covered every
-    device, else modelled from each rank's measured busy time by the utilisation power model
-    (the cluster's idle and max watts per device type)."""
-    if m.energy_j_per_iteration is not None:
-        return m
-    span = m.measured_iteration_s
-    if span <= 0:
-        return m
-    total = 0.0
-    for r in m.ranks:
-        busy = min(r.forward_s + r.backward_s + r.optimizer_s, span)
-        total += modelled_energy_j(cluster.device(r.device).type, busy, span)
-    m.energy_j_per_iteration = total
-    m.energy_source = "modelled (utilisation power model over measured busy time)"
-    return m
-
-
-def gpu_power_points(m: Measurement, cluster: Cluster) -> dict[str, list[tuple[float, float]]]:
-    """(busy fraction, average watts) of every rank whose GPU was metered (NVML), by device
-    type: points for the utilisation power model's fit (RAPL readings cover a whole node and
-    are not split between device types)."""
-    out: dict[str, list[tuple[float, float]]] = {}
-    for r in m.ranks:
-        if r.energy_source != "nvml" or r.energy_j is None or r.step_s <= 0:
-            continue
-        busy = min(1.0, (r.forward_s + r.backward_s + r.optimizer_s) / r.step_s)
-        kind = cluster.device(r.device).type.name
-        out.setdefault(kind, []).append((busy, r.energy_j / r.step_s))
-    return out
 
 
 def log_results(directory: Path, raw: list[dict[str, Any]], plan: Plan, warmup: int) -> None:

@@ -26,11 +26,12 @@ from hetplan.cost import power as pw
 from hetplan.errors import InputError
 from hetplan.plan.objective import Limits, Metrics, Objective
 from hetplan.planspec import Plan
+from hetplan.run.energy_check import with_energy
 from hetplan.run.launch import RunError
 from hetplan.run.layout import run_devices
 from hetplan.run.measure import Measurement, with_prediction
 from hetplan.run.model import ModelSource, source_for
-from hetplan.run.train import Training, check_plan, measure_plan, with_energy
+from hetplan.run.train import Training, check_plan, measure_plan
 from hetplan.run.trial import DEFAULT_MIN_TIMED, DEFAULT_REL_HALFWIDTH, StopRule
 
 TIME_METRICS = ("time", "throughput")

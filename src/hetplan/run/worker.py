@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from hetplan.run.checkpoint import (
     step_seed,
 )
 from hetplan.run.data import DatasetFeed, Feed, canonical_ref, make_feed
-from hetplan.run.energy import EnergyMeter, meter_for
+from hetplan.run.energy import EnergyMeter, meter_for, power_limit_w
 from hetplan.run.executor import Executor
 from hetplan.run.launch import RankContext
 from hetplan.run.layout import RankRole, rank_roles, run_devices, server_role
@@ -256,6 +257,7 @@ class _Loop:
         log_dir = payload.get("log_dir")
         self.log = StepLogWriter(Path(log_dir), ctx.rank) if log_dir else None
         self.meter, self.energy_note = _meter(ctx)
+        self._energy_start: tuple[float, float, int] | None = None
         self.iterations: list[float] = []
         self.decided = 0  # steps whose times have gone to the stop rule
         self.out = _empty_result(ctx, role)
@@ -274,10 +276,9 @@ class _Loop:
         for i in range(self.total):
             step = self.start.step + i
             torch.manual_seed(step_seed(self.seed, step, role.pipeline, role.stage))
-            before = self.meter.read_j() if self.meter else 0.0
+            if i == self.warmup:
+                self._open_window()
             self._step(i, step)
-            if self.meter:
-                self.out["energy_j"].append(self.meter.read_j() - before)
             _record_step(self.out, ex)
             if role.tp_rank:  # the loss is replicated over the stage's shards: count it once
                 self.out["loss"][-1] = None
@@ -289,6 +290,7 @@ class _Loop:
                 last_saved = step + 1
             if self._should_stop(i):
                 break
+        self._close_window()
         self.out.update(ex.close())
         done = self.start.step + len(self.out["step_s"])
         if self.ckpt_dir is not None and last_saved != done:
@@ -296,6 +298,24 @@ class _Loop:
         if self.log is not None:
             self.log.close()
         return self.out
+
+    def _open_window(self) -> None:
+        """Open the energy window at the first timed step, the device synchronised: the
+        meter is read once here and once after the last timed step (:meth:`_close_window`),
+        never per step (counters advance in 10-100 ms updates that per-step reads misplace)."""
+        if self.meter is not None:
+            _synchronize(self.ctx.device)
+            self._energy_start = (self.meter.read_j(), time.perf_counter(), len(self.out["step_s"]))
+
+    def _close_window(self) -> None:
+        """Close the energy window: joules, wall seconds and timed steps it covered."""
+        if self.meter is None or self._energy_start is None:
+            return
+        _synchronize(self.ctx.device)
+        j0, t0, n0 = self._energy_start
+        joules, seconds = self.meter.read_j() - j0, time.perf_counter() - t0
+        self.out["energy_window"] = (joules, seconds, len(self.out["step_s"]) - n0)
+        self.out["power_limit_w"] = power_limit_w(self.meter)
 
     def _step(self, i: int, step: int) -> None:
         """Run loop step ``i`` (global ``step``); the first one counts memory."""
@@ -345,7 +365,7 @@ class _Loop:
                 "loss": self.out["loss"][-1],
                 "samples": self.role.batch if last else 0,
                 "peak_memory_bytes": self.out["peak_memory_bytes"] if i == 0 else None,
-                "energy_j": self.out["energy_j"][-1] if self.meter else None,
+                "energy_j": None,  # metered over the timed window, not per step
                 "timed": i >= self.warmup,
             }
         )
@@ -396,6 +416,11 @@ def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
+def _synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
 def _meter(ctx: RankContext) -> tuple[EnergyMeter | None, str]:
     """This rank's energy meter: its GPU's (NVML); on CPUs the node's packages (RAPL), read by
     local rank 0 only, since a package's counter covers every rank on it."""
@@ -405,7 +430,7 @@ def _meter(ctx: RankContext) -> tuple[EnergyMeter | None, str]:
 
 
 def _empty_result(ctx: RankContext, role: RankRole) -> dict[str, Any]:
-    keys = ("step_s", "forward_s", "backward_s", "optimizer_s", "loss", "actions", "energy_j")
+    keys = ("step_s", "forward_s", "backward_s", "optimizer_s", "loss", "actions")
     out: dict[str, Any] = {key: [] for key in keys}
     out.update(rank=ctx.rank, device=role.device, pipeline=role.pipeline, stage=role.stage)
     out["device_kind"] = ctx.device  # cpu or cuda:<k>

@@ -1,0 +1,72 @@
+"""Metered energy checked before it is believed: per iteration, in the power fit.
+
+A GPU rank's NVML window gives a mean power; one above the enforced power limit (+5%) or
+below the type's rest power cannot be right (on an H100, per-step reads once implied 832 W on
+a 700 W part). Such a run's energy is modelled instead, says why with the figures
+(``Measurement.energy_invalid``), and gives no point to the power fit.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hetplan.cluster.spec import Cluster
+from hetplan.run.energy import implausible_power, modelled_energy_j
+from hetplan.run.measure import Measurement, RankFigures
+from hetplan.run.power_profile import rest_power_w
+
+
+def with_energy(m: Measurement, cluster: Cluster, directory: Path | None = None) -> Measurement:
+    """``m`` with its energy per iteration: as measured by the meters where they covered every
+    device and every reading is plausible (:func:`energy_problem`), else modelled from each
+    rank's measured busy time by the utilisation power model (the cluster's idle and max
+    watts per device type); a rejected reading is named in ``m.energy_invalid``."""
+    if m.energy_j_per_iteration is not None:
+        problems = [p for r in m.ranks if (p := energy_problem(r, cluster, directory))]
+        if not problems:
+            return m
+        m.energy_invalid = "; ".join(problems)
+        m.energy_j_per_iteration = None
+    span = m.measured_iteration_s
+    if span <= 0:
+        return m
+    total = 0.0
+    for r in m.ranks:
+        busy = min(r.forward_s + r.backward_s + r.optimizer_s, span)
+        total += modelled_energy_j(cluster.device(r.device).type, busy, span)
+    m.energy_j_per_iteration = total
+    why = "the metered reading was rejected" if m.energy_invalid else "measured busy time"
+    m.energy_source = f"modelled (utilisation power model over {why})"
+    return m
+
+
+def energy_problem(r: RankFigures, cluster: Cluster, directory: Path | None = None) -> str | None:
+    """Why a GPU rank's metered energy cannot be right, with its figures; None if it can (or
+    the rank read no NVML meter). The limit is the one NVML enforced, else the catalog's
+    maximum power; the floor is the type's rest power measured by ``profile-power``."""
+    if r.energy_source != "nvml" or r.power_w is None or r.energy_window_s is None:
+        return None
+    kind = cluster.device(r.device).type
+    limit = r.power_limit_w if r.power_limit_w is not None else kind.max_power_w
+    why = implausible_power(r.power_w, limit_w=limit, idle_w=rest_power_w(kind.name, directory))
+    if why is None:
+        return None
+    joules = r.power_w * r.energy_window_s
+    return f"rank {r.rank} ({r.device}, nvml): {joules:.1f} J over {r.energy_window_s:.3f} s {why}"
+
+
+def gpu_power_points(
+    m: Measurement, cluster: Cluster, directory: Path | None = None
+) -> dict[str, list[tuple[float, float]]]:
+    """(busy fraction, mean watts over the timed window) of every rank whose GPU was metered
+    (NVML) with a plausible reading, by device type: points for the utilisation power model's
+    fit (RAPL readings cover a whole node and are not split between device types)."""
+    out: dict[str, list[tuple[float, float]]] = {}
+    for r in m.ranks:
+        if r.energy_source != "nvml" or r.power_w is None or r.step_s <= 0:
+            continue
+        if energy_problem(r, cluster, directory) is not None:
+            continue
+        busy = min(1.0, (r.forward_s + r.backward_s + r.optimizer_s) / r.step_s)
+        out.setdefault(cluster.device(r.device).type.name, []).append((busy, r.power_w))
+    return out

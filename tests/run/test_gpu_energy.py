@@ -1,0 +1,49 @@
+"""NVML energy on real CUDA (marked ``gpu``; skipped without CUDA): a training run's timed
+window implies a power between the GPU's rest power and its enforced limit (+5%), and
+``profile-power``'s load draws at least 90% of that limit (an 8192^3 bf16 GEMM loop drew 704 W
+of 700 W on an H100; the old 1024^3 fp32 loop 468 W)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetplan.cluster.config import cluster_from_data
+from hetplan.graph import build_graph
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.profile.model import device_type_for, torch_device
+from hetplan.run.energy import LIMIT_MARGIN, meter_for, power_limit_w
+from hetplan.run.energy_check import energy_problem
+from hetplan.run.power_profile import measure_power_points
+from hetplan.run.train import measure_plan
+
+pytestmark = pytest.mark.gpu
+
+LOAD_SHARE = 0.9  # of the enforced limit, under profile-power's load (issue 24)
+
+
+def test_training_window_power_lies_within_the_limits() -> None:
+    pytest.importorskip("pynvml")
+    kind = device_type_for(None, torch_device("cuda:0"))
+    cluster = cluster_from_data({"name": "one", "nodes": [{"name": "n", "devices": [
+        {"type": kind}]}]}, "<one gpu>")  # fmt: skip
+    layers = [layer.name for layer in build_graph("resnet50").layers]
+    plan = Plan(
+        model=ModelRef(name="resnet50", dtype="bf16"), strategy="dp", global_batch=128,
+        pipelines=[PipelinePlan(stages=[StagePlan(layers=layers, devices=["n.0"])], batch=128)],
+    )  # fmt: skip
+    m = measure_plan(plan, cluster, steps=20, warmup=5)
+    (r,) = m.ranks
+    assert r.energy_source == "nvml" and r.power_w is not None and r.power_limit_w is not None
+    assert 0 < r.power_w <= r.power_limit_w * (1 + LIMIT_MARGIN), r.power_w
+    assert energy_problem(r, cluster) is None
+    assert m.energy_j_per_iteration is not None
+
+
+def test_profile_power_load_reaches_the_limit() -> None:
+    pytest.importorskip("pynvml")
+    meter, why = meter_for("cuda:0")
+    assert meter is not None, why
+    limit = power_limit_w(meter)
+    assert limit is not None
+    (_, rest), (_, busy) = measure_power_points("cuda:0", 5.0)[0]
+    assert rest < busy and busy >= LOAD_SHARE * limit, (rest, busy, limit)
