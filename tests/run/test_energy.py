@@ -478,3 +478,43 @@ def test_modelled_energy_checks_its_inputs() -> None:
         modelled_energy_j(dt, 1.0, 0.0)
     with pytest.raises(InputError, match="busy time >= 0"):
         modelled_energy_j(dt, -1.0, 2.0)
+
+
+class _LimitedNvml(_FakeNvml):
+    """A fake NVML that also gives the enforced power limit (milliwatts), or fails to."""
+
+    def __init__(self, limit_mw: int | None) -> None:
+        super().__init__([0, 0])
+        self.limit_mw = limit_mw
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: object) -> int:  # noqa: N802
+        if self.limit_mw is None:
+            raise self.NVMLError("Not Supported")
+        return self.limit_mw
+
+
+@pytest.mark.usefixtures("no_torch_uuid")
+@pytest.mark.parametrize(
+    ("fake", "watts"),
+    [(_LimitedNvml(700_000), 700.0), (_LimitedNvml(None), None), (_FakeNvml([0]), None)],
+)
+def test_nvml_enforced_limit_in_watts_or_none(
+    monkeypatch: pytest.MonkeyPatch, fake: _FakeNvml, watts: float | None
+) -> None:
+    _install(monkeypatch, fake)
+    meter = NvmlMeter(0)
+    assert meter.power_limit_w() == watts
+    assert energy.power_limit_w(meter) == watts
+
+
+def test_implausible_power_names_its_figures() -> None:
+    assert energy.implausible_power(704.0, limit_w=700.0, idle_w=72.5) is None
+    assert energy.implausible_power(832.0, limit_w=700.0, idle_w=72.5) == (
+        "implies 832 W, above the enforced power limit 700 W (+5% allowed)"
+    )
+    assert energy.implausible_power(50.0, limit_w=700.0, idle_w=72.5) == (
+        "implies 50 W, below the device's measured rest power 72 W"
+    )
+    assert energy.implausible_power(0.0, limit_w=None, idle_w=None) == (
+        "implies 0 W: the counter did not advance"
+    )

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from hetplan.run import worker
 from hetplan.run.worker import _Loop
 
 
@@ -46,3 +47,57 @@ def test_no_meter_no_window() -> None:
     loop._open_window()
     loop._close_window()
     assert "energy_window" not in loop.out
+
+
+def _loop(monkeypatch: pytest.MonkeyPatch, meter: Any, events: list[Any]) -> Any:
+    """A rank's step loop over 2 warm-up and 3 timed steps whose steps, log lines and meter
+    reads append to ``events`` (the executor's figures and the training itself faked)."""
+
+    def record(out: dict[str, Any], executor: object) -> None:
+        out["step_s"].append(0.5)
+        out["loss"].append(1.0)
+
+    monkeypatch.setattr(worker, "_record_step", record)
+    loop: Any = _Loop.__new__(_Loop)
+    loop.meter, loop.ctx, loop._energy_start = meter, SimpleNamespace(device="cpu"), None
+    loop.role = SimpleNamespace(pipeline=0, stage=0, tp_rank=0)
+    loop.executor = SimpleNamespace(close=dict)
+    loop.start, loop.seed, loop.warmup, loop.total = SimpleNamespace(step=0), 0, 2, 5
+    loop.payload, loop.ckpt_dir, loop.every, loop.log = {}, None, 0, None
+    loop.out = {"step_s": [], "loss": []}
+    loop._step = lambda i, step: events.append(("step", i))
+    loop._log = lambda step, i: events.append(("log", i))
+    loop._should_stop = lambda i: False
+    read = meter.read_j
+
+    def read_j() -> float:
+        events.append("read")
+        return read()
+
+    meter.read_j = read_j
+    return loop
+
+
+def test_a_run_reads_the_meter_when_its_first_timed_step_starts_and_its_last_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events: list[Any] = []
+    meter = _Meter()
+    out = _loop(monkeypatch, meter, events).run()
+    assert events == [
+        ("step", 0), ("log", 0), ("step", 1), ("log", 1),
+        "read", ("step", 2), ("log", 2), ("step", 3), ("log", 3), ("step", 4),
+        "read", ("log", 4),
+    ]  # fmt: skip
+    assert meter.reads == 2 and out["energy_window"][::2] == (100.0, 3)
+
+
+def test_a_trial_stopped_early_closes_its_window_at_the_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events: list[Any] = []
+    loop = _loop(monkeypatch, _Meter(), events)
+    loop._should_stop = lambda i: i == 3
+    out = loop.run()
+    assert events.count("read") == 2 and events[-1] == "read"
+    assert out["energy_window"][2] == 2  # timed steps 2 and 3

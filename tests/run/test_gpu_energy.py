@@ -1,17 +1,27 @@
-"""NVML energy on real CUDA (marked ``gpu``; skipped without CUDA): a training run's timed
-window implies a power between the GPU's rest power and its enforced limit (+5%), and
+"""NVML energy on real CUDA (marked ``gpu``; skipped without CUDA): a bf16 GEMM window and a
+training run's timed window imply a power between the GPU's rest power and its enforced limit
+(+5%), and
 ``profile-power``'s load draws at least 90% of that limit (an 8192^3 bf16 GEMM loop drew 704 W
 of 700 W on an H100; the old 1024^3 fp32 loop 468 W)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
+import torch
 
 from hetplan.cluster.config import cluster_from_data
 from hetplan.graph import build_graph
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.profile.model import device_type_for, torch_device
-from hetplan.run.energy import LIMIT_MARGIN, meter_for, power_limit_w
+from hetplan.run.energy import (
+    LIMIT_MARGIN,
+    EnergyWindow,
+    implausible_power,
+    meter_for,
+    power_limit_w,
+)
 from hetplan.run.energy_check import energy_problem
 from hetplan.run.power_profile import measure_power_points
 from hetplan.run.train import measure_plan
@@ -19,6 +29,28 @@ from hetplan.run.train import measure_plan
 pytestmark = pytest.mark.gpu
 
 LOAD_SHARE = 0.9  # of the enforced limit, under profile-power's load (issue 24)
+GEMM_SIDE = 8192  # elements per side of the bf16 product: 704 W of 700 W on an H100 (issue 24)
+WINDOW_S = 3.0  # seconds per window: many NVML counter updates (10-100 ms each)
+
+
+def test_a_gemm_window_implies_a_power_between_rest_and_the_limit() -> None:
+    pytest.importorskip("pynvml")
+    meter, why = meter_for("cuda:0")
+    assert meter is not None, why
+    limit = power_limit_w(meter)
+    assert limit is not None
+    a = torch.randn(GEMM_SIDE, GEMM_SIDE, device="cuda:0", dtype=torch.bfloat16)
+    torch.cuda.synchronize()
+    with EnergyWindow(meter) as rest:
+        time.sleep(WINDOW_S)
+    with EnergyWindow(meter) as busy:  # synchronised at both ends, as a training window is
+        end = time.perf_counter() + WINDOW_S
+        while time.perf_counter() < end:
+            a.matmul(a)
+            torch.cuda.synchronize()
+    idle_w, load_w = rest.average_w(), busy.average_w()
+    assert 0 < idle_w < load_w <= limit * (1 + LIMIT_MARGIN), (idle_w, load_w, limit)
+    assert implausible_power(load_w, limit_w=limit, idle_w=idle_w) is None
 
 
 def test_training_window_power_lies_within_the_limits() -> None:

@@ -145,3 +145,68 @@ def test_a_window_below_the_measured_rest_power_is_rejected(tmp_path: Path) -> N
     assert m.energy_invalid is not None and "below the device's measured rest power 72 W" in (
         m.energy_invalid
     )
+
+
+def test_without_a_measured_rest_power_half_the_catalog_idle_is_the_floor() -> None:
+    cluster = load_cluster(GPUS)  # A100-40GB: catalog idle 72 W, floor 36 W
+    a = cluster.devices[0].id
+    # 96 J over 3.2 s = 30 W: below 36 W, a window that missed its energy -> rejected
+    low = summarize(_plan([a]), [_raw(0, a, "cuda:0", [0.0, 32.0, 32.0, 32.0], "nvml", 400.0)],
+                    warmup=1)  # fmt: skip
+    low = with_energy(low, cluster)
+    assert low.energy_invalid == (
+        "rank 0 (n0.0, nvml): 96.0 J over 3.200 s implies 30 W, below 50% of the catalog's "
+        "idle power 36 W"
+    )
+    assert gpu_power_points(low, cluster) == {}
+    # 192 J over 3.2 s = 60 W: under the catalog's 72 W idle, above half of it -> kept
+    ok = summarize(_plan([a]), [_raw(0, a, "cuda:0", [0.0, 64.0, 64.0, 64.0], "nvml", 400.0)],
+                   warmup=1)  # fmt: skip
+    assert with_energy(ok, cluster).energy_invalid is None
+
+
+def test_a_rejected_reading_reaches_the_report_and_not_the_fit(tmp_path: Path) -> None:
+    from hetplan.cli.cmd_run import _record_power
+    from hetplan.cli.output import console
+    from hetplan.cli.train_view import print_report, report_json
+    from hetplan.run.power_profile import load_points
+
+    cluster = load_cluster(GPUS)
+    a = cluster.devices[0].id
+    m = summarize(_plan([a]), [_raw(0, a, "cuda:0", [0.0, 800.0, 800.0, 800.0], "nvml", 700.0)],
+                  warmup=1)  # fmt: skip
+    m = with_energy(m, cluster, tmp_path)
+    assert _record_power(m, cluster, tmp_path) == []
+    assert load_points(cluster.device(a).type.name, tmp_path) == []
+    data = report_json(m, tmp_path / "m.json", None, 0.0)
+    assert data["energy_invalid"] == m.energy_invalid and "750 W" in m.energy_invalid
+    assert data["energy_source"].startswith("modelled")
+    with console.capture() as shown:
+        print_report(m, tmp_path / "m.json", None)
+    assert "metered energy rejected: rank 0" in shown.get()
+
+
+def test_a_type_s_limit_is_its_own_ranks_nvml_limit_else_the_catalog_s() -> None:
+    from hetplan.run.energy_check import type_limit_w
+
+    cluster = load_cluster(GPUS)
+    a, b = (d.id for d in cluster.devices[:2])
+    raw = [_raw(0, a, "cuda:0", [0.0, 1.0, 1.0, 1.0], "nvml", 300.0),
+           _raw(1, b, "cuda:1", [0.0, 1.0, 1.0, 1.0], "nvml", 250.0)]  # fmt: skip
+    kind = cluster.device(a).type.name
+    assert type_limit_w(summarize(_plan([a, b]), raw, warmup=1), cluster, kind) == 250.0
+    raw = [_raw(0, a, "cuda:0", [0.0, 1.0, 1.0, 1.0], "nvml")]
+    assert type_limit_w(summarize(_plan([a]), raw, warmup=1), cluster, kind) == 400.0
+
+
+def test_a_stored_fit_does_not_lower_the_catalog_limit(tmp_path: Path) -> None:
+    from hetplan.run.power_profile import with_power_fits
+
+    record_power_points("A100-40GB", [(0.0, 60.0), (1.0, 300.0)], tmp_path)
+    cluster, used = with_power_fits(load_cluster(GPUS), tmp_path)
+    a = cluster.devices[0].id
+    assert used == ["A100-40GB"] and cluster.device(a).type.max_power_w == pytest.approx(300.0)
+    # 1120 J over 3.2 s = 350 W: above the fitted 300 W, within the catalog's 400 W -> kept
+    m = summarize(_plan([a]), [_raw(0, a, "cuda:0", [0.0, 400.0, 360.0, 360.0], "nvml")],
+                  warmup=1)  # fmt: skip
+    assert with_energy(m, cluster, tmp_path).energy_invalid is None

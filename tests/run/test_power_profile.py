@@ -130,3 +130,94 @@ def test_a_fit_above_the_limit_or_the_rest_power_is_refused(tmp_path: Path) -> N
     high = record_power_points(kind, bad, tmp_path, limit_w=700.0)
     assert high.refused is not None and "above the measured rest power 72 W" in high.refused
     assert high.fit == first.fit
+
+
+def test_a_run_s_refusal_says_how_to_measure_afresh(tmp_path: Path) -> None:
+    record_power_points("H100-SXM", [(0.0, 72.5), (1.0, 690.0)], tmp_path, limit_w=700.0)
+    rec = record_power_points("H100-SXM", [(0.9, 1500.0)], tmp_path, limit_w=700.0)
+    assert rec.refused is not None and "`hetplan profile-power` measures" in rec.refused
+
+
+def test_profile_power_s_points_replace_earlier_points_that_contradict_them(
+    tmp_path: Path,
+) -> None:
+    """Points stored before runs were checked (idle 357 W / max 550 W, no rest reading) would
+    refuse every later point; profile-power's direct rest and load readings replace them."""
+    kind = "H100-SXM"
+    bad = [(u, 357.0 + 193.0 * u) for u in (0.5, 0.6, 0.7, 0.8, 0.9)]
+    stale = record_power_points(kind, bad, tmp_path, limit_w=700.0)
+    assert stale.fit is not None and stale.fit.idle_w == pytest.approx(357.0)
+    rec = record_power_points(kind, [(0.0, 72.5), (1.0, 704.0)], tmp_path, limit_w=700.0,
+                              direct=True)  # fmt: skip
+    assert rec.refused is None and rec.note is not None
+    assert rec.note.startswith("dropped the 5 earlier points, with which the fit's idle")
+    assert rec.fit is not None and (rec.fit.idle_w, rec.fit.max_w) == pytest.approx((72.5, 704))
+    assert load_points(kind, tmp_path) == [(0.0, 72.5), (1.0, 704.0)]
+
+
+def test_direct_points_that_are_themselves_implausible_are_refused(tmp_path: Path) -> None:
+    record_power_points("H100-SXM", [(0.0, 72.5), (1.0, 690.0)], tmp_path, limit_w=700.0)
+    # a load reading of 900 W on a 700 W part: the counter, not the old points, is wrong
+    rec = record_power_points("H100-SXM", [(0.0, 72.0), (1.0, 900.0)], tmp_path, limit_w=700.0,
+                              direct=True)  # fmt: skip
+    assert rec.refused is not None and rec.note is None
+    assert load_points("H100-SXM", tmp_path) == [(0.0, 72.5), (1.0, 690.0)]
+
+
+class _FakeGpu(FakeDevice):
+    """A fake GPU behind NVML: the fake counter and a 700 W enforced limit."""
+
+    name = "nvml"
+
+    def power_limit_w(self) -> float:
+        return 700.0
+
+
+def _as_gpu(monkeypatch: pytest.MonkeyPatch, gpu_name: str) -> _FakeGpu:
+    """``cuda:0`` is a GPU called ``gpu_name`` with a fake meter and a fake load."""
+    import torch
+
+    from hetplan.profile import model
+    from hetplan.run import power_profile
+
+    dev = _FakeGpu()
+    monkeypatch.setattr(model, "torch_device", lambda spec: torch.device("cuda", 0))
+    monkeypatch.setattr(model, "device_name", lambda d: gpu_name)
+    monkeypatch.setattr(power_profile, "meter_for", lambda device: (dev, ""))
+    monkeypatch.setattr(power_profile, "_matmul_loop", lambda device: dev.work)
+    return dev
+
+
+def _cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    from hetplan.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    out = capsys.readouterr()
+    return int(exc.value.code or 0), out.out, out.err
+
+
+def test_profile_power_files_a_gpu_under_the_type_its_name_matches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    _as_gpu(monkeypatch, "NVIDIA H100 80GB HBM3")
+    argv = ["profile-power", "--device", "cuda:0", "--seconds", "1", "--out", str(tmp_path)]
+    code, out, err = _cli([*argv, "--json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["type"], data["power_limit_w"], data["refused"]) == ("H100-SXM", 700.0, None)
+    assert len(load_points("H100-SXM", tmp_path)) == 2
+
+
+def test_profile_power_on_an_unknown_gpu_asks_for_its_type(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _as_gpu(monkeypatch, "NVIDIA Quantum Q9000")
+    code, _, err = _cli(["profile-power", "--device", "cuda:0", "--seconds", "1"], capsys)
+    assert code == 2
+    assert err.strip() == (
+        "hetplan: error: GPU 'NVIDIA Quantum Q9000' matches no catalog device type; "
+        "name one with --type"
+    )

@@ -357,23 +357,35 @@ def profile_power(
         kind = _power_type(device_type, device)
         with working(f"measuring power of {device}", quiet=json_out):
             points, limit = measure_power_points(device, seconds)
-        rec = record_power_points(kind, points, out, limit_w=limit)
+        fit_limit = limit if limit is not None else _catalog_limit(kind, device)
+        rec = record_power_points(kind, points, out, limit_w=fit_limit, direct=True)
     except HetplanError as err:
         raise _fail(err) from None
     data = {"device": device, "type": kind, "points": points, "power_limit_w": limit,
-            "fit": to_data(rec.fit), "refused": rec.refused}  # fmt: skip
+            "fit": to_data(rec.fit), "refused": rec.refused, "note": rec.note}  # fmt: skip
     if json_out:
         print_json(data)
         return
     idle, busy = points[0][1], points[-1][1]
     of = f" of the {limit:.0f} W limit ({100 * busy / limit:.0f}%)" if limit else ""
     console.print(f"{device} ({kind}): {idle:.1f} W at rest, {busy:.1f} W under load{of}")
+    if rec.note is not None:
+        console.print(f"power model of {kind}: {rec.note}", soft_wrap=True)
     if rec.refused is not None:
-        console.print(f"power model of {kind} not refitted: {rec.refused}")
+        console.print(f"power model of {kind} not refitted: {rec.refused}", soft_wrap=True)
     elif rec.fit is not None:
         console.print(
             f"power model of {kind}: idle {rec.fit.idle_w:.1f} W, max {rec.fit.max_w:.1f} W"
         )
+
+
+def _catalog_limit(kind: str, device: str) -> float | None:
+    """A GPU type's catalog maximum power where NVML gives no enforced limit (a CPU type's
+    figure is per device, not the whole packages RAPL covers: no limit)."""
+    from hetplan.cluster.catalog import DEVICE_CATALOG
+
+    spec = DEVICE_CATALOG.get(kind)
+    return spec.max_power_w if spec is not None and device.startswith("cuda") else None
 
 
 def _power_type(named: str | None, device: str) -> str:

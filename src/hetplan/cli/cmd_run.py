@@ -312,13 +312,12 @@ def _write_back(m: Measurement, clus: Cluster, timeline: object | None, run: _Ru
 
 def _record_power(m: Measurement, cluster: Cluster, directory: Path | None) -> list[str]:
     """Add the run's plausible metered GPU points to the power fits; one line per type."""
-    from hetplan.run.energy_check import gpu_power_points
+    from hetplan.run.energy_check import gpu_power_points, type_limit_w
     from hetplan.run.power_profile import record_power_points
 
     lines = []
     for kind, points in gpu_power_points(m, cluster, directory).items():
-        limits = [r.power_limit_w for r in m.ranks if r.power_limit_w is not None]
-        limit = min(limits) if limits else cluster_type_max(cluster, kind)
+        limit = type_limit_w(m, cluster, kind)
         rec = record_power_points(kind, points, directory, limit_w=limit)
         if rec.refused is not None:
             lines.append(f"power model of {kind} not refitted: {rec.refused}")
@@ -328,11 +327,6 @@ def _record_power(m: Measurement, cluster: Cluster, directory: Path | None) -> l
                 f"{rec.fit.idle_w:.0f} W, max {rec.fit.max_w:.0f} W"
             )
     return lines
-
-
-def cluster_type_max(cluster: Cluster, kind: str) -> float:
-    """The catalog's maximum power of device type ``kind`` in ``cluster``, watts."""
-    return next(d.type.max_power_w for d in cluster.devices if d.type.name == kind)
 
 
 def _options(

@@ -279,17 +279,23 @@ def power_limit_w(meter: EnergyMeter) -> float | None:
     return read() if callable(read) else None
 
 
-def implausible_power(watts: float, *, limit_w: float | None, idle_w: float | None) -> str | None:
+def implausible_power(
+    watts: float,
+    *,
+    limit_w: float | None,
+    idle_w: float | None,
+    idle_what: str = "the device's measured rest power",
+) -> str | None:
     """Why a metered mean power cannot be right, or None: above the enforced limit by more
-    than :data:`LIMIT_MARGIN`, or below the device's measured rest power (a window that missed
-    part of its energy, or a counter that did not advance)."""
+    than :data:`LIMIT_MARGIN`, or below ``idle_w`` (``idle_what`` says what that floor is): a
+    window that missed part of its energy, or a counter that did not advance."""
     if limit_w is not None and watts > limit_w * (1 + LIMIT_MARGIN):
         return (
             f"implies {watts:.0f} W, above the enforced power limit {limit_w:.0f} W "
             f"(+{100 * LIMIT_MARGIN:.0f}% allowed)"
         )
     if idle_w is not None and watts < idle_w:
-        return f"implies {watts:.0f} W, below the device's measured rest power {idle_w:.0f} W"
+        return f"implies {watts:.0f} W, below {idle_what} {idle_w:.0f} W"
     if not watts > 0:
         return f"implies {watts:.0f} W: the counter did not advance"
     return None

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hetplan.cluster.spec import Cluster
+from hetplan.cluster.catalog import DEVICE_CATALOG
+from hetplan.cluster.spec import Cluster, DeviceType
 from hetplan.run.energy import implausible_power, modelled_energy_j
 from hetplan.run.measure import Measurement, RankFigures
 from hetplan.run.power_profile import rest_power_w
@@ -40,19 +41,55 @@ def with_energy(m: Measurement, cluster: Cluster, directory: Path | None = None)
     return m
 
 
+CATALOG_IDLE_SHARE = 0.5
+"""Without a measured rest power, the floor is this share of the catalog's idle figure: those
+are fractions of TDP from posted readings, and an H100 rested at 72.5 W against the catalog's
+126 W (issue 24). A fitted idle is no floor: a bad fit (idle 357 W on that H100) would then
+reject every good reading and never be corrected."""
+
+
 def energy_problem(r: RankFigures, cluster: Cluster, directory: Path | None = None) -> str | None:
     """Why a GPU rank's metered energy cannot be right, with its figures; None if it can (or
     the rank read no NVML meter). The limit is the one NVML enforced, else the catalog's
-    maximum power; the floor is the type's rest power measured by ``profile-power``."""
+    maximum power; the floor is the rest power measured by ``profile-power``, else a share of
+    the catalog's idle figure (:data:`CATALOG_IDLE_SHARE`)."""
     if r.energy_source != "nvml" or r.power_w is None or r.energy_window_s is None:
         return None
     kind = cluster.device(r.device).type
-    limit = r.power_limit_w if r.power_limit_w is not None else kind.max_power_w
-    why = implausible_power(r.power_w, limit_w=limit, idle_w=rest_power_w(kind.name, directory))
+    limit = r.power_limit_w if r.power_limit_w is not None else catalog_max_w(kind)
+    floor, what = _floor(kind, directory)
+    why = implausible_power(r.power_w, limit_w=limit, idle_w=floor, idle_what=what)
     if why is None:
         return None
     joules = r.power_w * r.energy_window_s
     return f"rank {r.rank} ({r.device}, nvml): {joules:.1f} J over {r.energy_window_s:.3f} s {why}"
+
+
+def _floor(kind: DeviceType, directory: Path | None) -> tuple[float | None, str]:
+    """The lowest plausible mean power of ``kind`` and what it is."""
+    rest = rest_power_w(kind.name, directory)
+    if rest is not None:
+        return rest, "the device's measured rest power"
+    spec = DEVICE_CATALOG.get(kind.name)
+    if spec is None:
+        return None, ""
+    share = f"{100 * CATALOG_IDLE_SHARE:.0f}%"
+    return CATALOG_IDLE_SHARE * spec.idle_power_w, f"{share} of the catalog's idle power"
+
+
+def catalog_max_w(kind: DeviceType) -> float:
+    """The catalog's maximum power of ``kind``, watts; the cluster's figure for a type outside
+    the catalog (a cluster's types may carry a power fit: the catalog's figure does not)."""
+    spec = DEVICE_CATALOG.get(kind.name)
+    return spec.max_power_w if spec is not None else kind.max_power_w
+
+
+def type_limit_w(m: Measurement, cluster: Cluster, kind: str) -> float:
+    """The power limit of device type ``kind`` in run ``m``: the lowest limit NVML enforced on
+    its ranks, else the catalog's maximum power, watts."""
+    ranks = [r for r in m.ranks if cluster.device(r.device).type.name == kind]
+    limits = [r.power_limit_w for r in ranks if r.power_limit_w is not None]
+    return min(limits) if limits else catalog_max_w(cluster.device(ranks[0].device).type)
 
 
 def gpu_power_points(

@@ -79,12 +79,19 @@ class PowerRecord:
     """The stored fit after the addition (None: the points do not yet span two loads)."""
     refused: str | None = None
     """Why the new points were not kept (the earlier points and fit stand), None if kept."""
+    note: str | None = None
+    """Earlier points dropped because the new direct measurements contradict them, and why."""
+
+
+REFIT_HINT = (
+    "`hetplan profile-power` measures rest and full load afresh and replaces the points that "
+    "contradict them"
+)
 
 
 def rest_power_w(device_type: str, directory: Path | None = None) -> float | None:
     """The lowest rest reading (busy fraction 0, ``profile-power``) of ``device_type``."""
-    rest = [w for u, w in load_points(device_type, directory) if u == 0.0]
-    return min(rest) if rest else None
+    return _rest(load_points(device_type, directory))
 
 
 def record_power_points(
@@ -93,19 +100,33 @@ def record_power_points(
     directory: Path | None = None,
     *,
     limit_w: float | None = None,
+    direct: bool = False,
 ) -> PowerRecord:
     """Keep ``new`` points with the earlier ones and refit, unless the fit would put the idle
     power above the measured rest power or the maximum above ``limit_w`` (the device's
-    enforced limit): then the new points are refused and the earlier fit stands."""
+    enforced limit). Then a run's points are refused and the earlier fit stands; points
+    measured ``direct`` at rest and full load (``profile-power``) that fit plausibly on their
+    own replace the earlier points instead, which are what contradicts them."""
     old = load_points(device_type, directory)
-    points = [*old, *[(float(u), float(w)) for u, w in new]]
-    fit = _fit(points)
-    why = _implausible_fit(fit, rest_power_w(device_type, directory) or _rest(new), limit_w)
-    if why is not None:
-        return PowerRecord(fit=load_power_fit(device_type, directory), refused=why)
+    added = [(float(u), float(w)) for u, w in new]
+    why = _refusal([*old, *added], limit_w)
+    if why is None:
+        return _store(device_type, [*old, *added], directory)
+    if direct and old and _refusal(added, limit_w) is None:
+        note = f"dropped the {len(old)} earlier points, with which {why}"
+        return dataclasses.replace(_store(device_type, added, directory), note=note)
+    hint = "" if direct else f"; {REFIT_HINT}"
+    return PowerRecord(fit=load_power_fit(device_type, directory), refused=why + hint)
+
+
+def _store(
+    device_type: str, points: list[tuple[float, float]], directory: Path | None
+) -> PowerRecord:
+    """Write ``points`` (replacing the stored ones) and their fit where there is one."""
     path = _points_path(device_type, directory)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, to_data(PowerPoints(device_type=device_type, points=points)))
+    fit = _fit(points)
     if fit is not None:
         save_power_fit(device_type, fit, directory)
     return PowerRecord(fit=fit if fit is not None else load_power_fit(device_type, directory))
@@ -124,11 +145,13 @@ def _fit(points: list[tuple[float, float]]) -> PowerFit | None:
     return None if fit.idle_w < 0 or fit.max_w < fit.idle_w else fit
 
 
-def _implausible_fit(
-    fit: PowerFit | None, rest_w: float | None, limit_w: float | None
-) -> str | None:
+def _refusal(points: list[tuple[float, float]], limit_w: float | None) -> str | None:
+    """Why the fit of ``points`` cannot be right: its maximum above ``limit_w`` (+5%) or its
+    idle above their lowest rest reading (+ :data:`REST_MARGIN`); None if it can."""
+    fit = _fit(points)
     if fit is None:
         return None
+    rest_w = _rest(points)
     if limit_w is not None and fit.max_w > limit_w * (1 + LIMIT_MARGIN):
         return f"the fit's max {fit.max_w:.0f} W is above the power limit {limit_w:.0f} W"
     if rest_w is not None and fit.idle_w > rest_w * (1 + REST_MARGIN):

@@ -280,6 +280,8 @@ class _Loop:
                 self._open_window()
             self._step(i, step)
             _record_step(self.out, ex)
+            if i == self.total - 1:  # before the last step's log line and checkpoint
+                self._close_window()
             if role.tp_rank:  # the loss is replicated over the stage's shards: count it once
                 self.out["loss"][-1] = None
             if i == 0 and self.payload.get("return_grads"):
@@ -290,7 +292,7 @@ class _Loop:
                 last_saved = step + 1
             if self._should_stop(i):
                 break
-        self._close_window()
+        self._close_window()  # a trial stopped early; else closed already (a no-op)
         self.out.update(ex.close())
         done = self.start.step + len(self.out["step_s"])
         if self.ckpt_dir is not None and last_saved != done:
@@ -313,6 +315,7 @@ class _Loop:
             return
         _synchronize(self.ctx.device)
         j0, t0, n0 = self._energy_start
+        self._energy_start = None
         joules, seconds = self.meter.read_j() - j0, time.perf_counter() - t0
         self.out["energy_window"] = (joules, seconds, len(self.out["step_s"]) - n0)
         self.out["power_limit_w"] = power_limit_w(self.meter)
