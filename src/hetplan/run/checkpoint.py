@@ -33,6 +33,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 
 from hetplan.errors import InputError
+from hetplan.run.precision import INIT_SCALE
 
 LATEST = "latest"
 INFO = "hetplan.json"
@@ -53,7 +54,10 @@ class CheckpointInfo:
     seed: int
     model: str
     optimizer: str
-    loss_scale: float = 1.0
+    loss_scale: float = INIT_SCALE
+    """fp16's dynamic loss scale (ignored by other dtypes). The default is a fresh start's:
+    torch.amp.GradScaler's initial scale. At 1.0 the fp16 backward underflows (GPT-2's
+    logit gradients are ~1e-9), and training drifts off what torch.amp trains."""
     data: str | None = None
     strategy: str = ""
     global_batch: int = 0
