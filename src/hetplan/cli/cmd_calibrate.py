@@ -78,7 +78,10 @@ def calibrate(
         typer.Option(help=f"Comma-separated subset of {', '.join(CLASSES)} (default: all)."),
     ] = None,
     threads: Annotated[
-        int | None, typer.Option(min=1, help="Intra-op threads (CPU default 1: one core).")
+        int | None,
+        typer.Option(
+            min=1, help="Intra-op threads (CPU default 1: one core; N prices cpus: of N cores)."
+        ),
     ] = None,
     min_time: Annotated[
         float, typer.Option(min=0.0, help="Seconds to keep timing each probe size and pass.")
@@ -128,7 +131,8 @@ def calibrate(
     peak = known.flops(dtype) if known is not None else None
     bandwidth = known.memory_bandwidth if known is not None else None
     console.print(calibration_table(cal, peak, bandwidth))
-    console.print(f"calibration of {kind} in {dtype} stored in {path}")
+    at = f" on {cal.threads} thread(s)" if cal.device == "cpu" else ""
+    console.print(f"calibration of {kind} in {dtype}{at} stored in {path}")
 
 
 def register(app: typer.Typer) -> None:

@@ -57,11 +57,16 @@ def check_store(out: Path | None) -> None:
 
 
 def store_profile(profile: Profile, out: Path | None) -> Path:
-    """``--out x.json`` writes that file; any other ``--out`` is a store directory."""
-    from hetplan.profile.store import save_profile, write_profile
+    """``--out x.json`` writes that file; any other ``--out`` is a store directory. There a
+    CPU profile of ``n > 1`` threads gets a file of its own (``<key>__t<n>.json``): the cost
+    model prices a device by the profile of its thread count (``cost.threads``)."""
+    from hetplan.profile.store import profile_path, save_profile, write_profile
 
     if out is not None and out.suffix == ".json":
         return write_profile(profile, out)
+    if profile.device == "cpu" and profile.threads > 1:
+        path = profile_path(profile, out)
+        return write_profile(profile, path.with_name(f"{path.stem}__t{profile.threads}.json"))
     return save_profile(profile, out)
 
 
@@ -116,7 +121,10 @@ def profile(
     dtype: Annotated[str, typer.Option(help="fp32, fp16 or bf16.")] = "fp32",
     depth: Annotated[int | None, typer.Option(min=1, help="Module depth of the layers.")] = None,
     threads: Annotated[
-        int | None, typer.Option(min=1, help="Intra-op threads (CPU default 1: one core).")
+        int | None,
+        typer.Option(
+            min=1, help="Intra-op threads (CPU default 1: one core; N prices cpus: of N cores)."
+        ),
     ] = None,
     cpus: Annotated[str | None, typer.Option(help="Pin to these cores, e.g. 0 or 0,1.")] = None,
     warmup: Annotated[int, typer.Option(min=0, help="Untimed warm-up steps.")] = 3,

@@ -23,6 +23,14 @@ from hetplan.cluster.spec import Device
 from hetplan.cost.calibration import MEMORY_CLASS, Calibration
 from hetplan.cost.op_classes import ClassRates, pass_time
 from hetplan.cost.roofline import roofline_time
+from hetplan.cost.threads import (
+    CATALOG_THREADS,
+    device_threads,
+    known_threads,
+    nearest_threads,
+    thread_note,
+    thread_scale,
+)
 from hetplan.cost.types import LayerCost
 from hetplan.graph.types import ModelGraph
 
@@ -90,7 +98,9 @@ class AnalyticalCompute:
 
     with ``P`` the peak FLOP/s for ``dtype``, ``W`` the layer's parameter bytes (forward
     reads the weights once; backward reads them and writes their gradients), ``K`` kernels,
-    ``o`` the per-kernel overhead, ``speed`` the device's share of its type.
+    ``o`` the per-kernel overhead, ``speed`` the device's share of its type. A CPU device
+    running ``n`` threads (``cpus:``) is further timed ``S(m) / S(n)`` of its type's figures
+    taken at ``m`` threads (one for the catalog's; Amdahl's law, :mod:`hetplan.cost.threads`).
 
     In fp32 on a device type with a ``tf32`` peak ``P_tf32``, the compute term splits the
     FLOPs by operator class: ``b (C / (P_c eff_c) + (F - C) / (P_o eff_c))`` with ``C`` the
@@ -114,8 +124,12 @@ class AnalyticalCompute:
         self.dtype = dtype
         self.conv_tf32 = conv_tf32
         self.matmul_tf32 = matmul_tf32
-        self.calibrations = {c.device_type: c for c in calibrations if c.dtype == dtype}
-        """Per device type name, its calibration in this dtype (newest wins: pass sorted)."""
+        self.calibrations: dict[str, list[Calibration]] = {}
+        """Per device type name, its calibrations in this dtype, oldest first (pass them sorted:
+        the newest wins among equals)."""
+        for c in calibrations:
+            if c.dtype == dtype:
+                self.calibrations.setdefault(c.device_type, []).append(c)
         self._arrays: dict[int, tuple[ModelGraph, _GraphArrays]] = {}
         self._costs: dict[tuple[object, ...], list[LayerCost]] = {}
 
@@ -127,10 +141,31 @@ class AnalyticalCompute:
             self._arrays[id(graph)] = hit
         return hit[1]
 
+    def calibration(self, device: Device) -> tuple[Calibration | None, int]:
+        """The device type's calibration that prices the device, and the thread count its
+        figures stand for. A GPU's: the newest. A CPU device's (``cost.threads``): the newest
+        taken at the thread count nearest its own; without any, the catalog's one core."""
+        cals = self.calibrations.get(device.type.name, [])
+        want = device_threads(device)
+        if want is None:
+            return (cals[-1] if cals else None), CATALOG_THREADS
+        if not cals:
+            return None, CATALOG_THREADS
+        have = nearest_threads({known_threads(c.threads) for c in cals}, want)
+        return [c for c in cals if known_threads(c.threads) == have][-1], have
+
+    def time_scale(self, device: Device) -> float:
+        """Factor on the device type's times: its thread count's against the figures' (CPU
+        devices, ``cost.threads``), over its speed share."""
+        want = device_threads(device)
+        if want is None:
+            return 1.0 / device.speed
+        return thread_scale(self.calibration(device)[1], want) / device.speed
+
     def class_rates(self, device: Device) -> ClassRates:
         """What prices the device's kernels class by class (``cost.op_classes``)."""
         t = device.type
-        cal = self.calibrations.get(t.name)
+        cal = self.calibration(device)[0]
         mem = cal.curve(MEMORY_CLASS, False) if cal is not None else None
         conv_peak, other_peak = self.peaks(device)
         return ClassRates(
@@ -144,12 +179,12 @@ class AnalyticalCompute:
 
     def source(self, device: Device) -> str:
         """``calibrated on <type>`` where the device type has a calibration, else
-        ``analytical``."""
-        return (
-            f"calibrated on {device.type.name}"
-            if device.type.name in self.calibrations
-            else "analytical"
-        )
+        ``analytical``; on a CPU device, with the thread counts where either is not one
+        (``calibrated on cpu (1 thread, scaled to 6 threads)``, ``cost.threads``)."""
+        cal, have = self.calibration(device)
+        base = f"calibrated on {device.type.name}" if cal is not None else "analytical"
+        want = device_threads(device)
+        return base if want is None else base + thread_note(have, want)
 
     def layer_times(
         self, graph: ModelGraph, device: Device, batch: float
@@ -176,7 +211,7 @@ class AnalyticalCompute:
                     pass_time(x, True, batch, BWD_WEIGHT_PASSES, rates),
                 )
             out.append(hit)
-        times = np.array(out, dtype=np.float64).reshape(len(out), 2) / device.speed
+        times = np.array(out, dtype=np.float64).reshape(len(out), 2) * self.time_scale(device)
         return times[:, 0].copy(), times[:, 1].copy()
 
     def _roofline_times(
@@ -188,6 +223,7 @@ class AnalyticalCompute:
         conv_peak *= t.compute_efficiency
         other_peak *= t.compute_efficiency
         bw = t.memory_bandwidth * t.memory_efficiency
+        scale = self.time_scale(device)
 
         def one(
             flops: FloatArray, conv: FloatArray, io: FloatArray, passes: int, kernels: FloatArray
@@ -197,9 +233,7 @@ class AnalyticalCompute:
             else:
                 compute = batch * (conv / conv_peak + (flops - conv) / other_peak)
             memory = (batch * io + passes * a.param_bytes) / bw
-            out: FloatArray = (
-                np.maximum(compute, memory) + kernels * t.kernel_overhead_s
-            ) / device.speed
+            out: FloatArray = (np.maximum(compute, memory) + kernels * t.kernel_overhead_s) * scale
             return out
 
         fwd = one(a.fwd_flops, a.fwd_conv, a.fwd_io, FWD_WEIGHT_PASSES, a.fwd_kernels)
@@ -226,6 +260,7 @@ class AnalyticalCompute:
             t.memory_efficiency,
             t.kernel_overhead_s,
             device.speed,
+            device_threads(device),
             batch,
         )
         hit = self._costs.get(key)

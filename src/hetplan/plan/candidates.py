@@ -20,6 +20,7 @@ from hetplan.cost.memory import (
     is_gpu,
     tp_grad_tensor_bytes,
 )
+from hetplan.cost.threads import compute_kind
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.closed_form import asynchronous_s, flushed_s
 from hetplan.plan.context import Candidate, Context
@@ -64,8 +65,7 @@ def dp_candidate(ctx: Context, devices: Sequence[str], *, equal: bool = False) -
         if SEP in d:
             key: object = d  # a TP group's cost depends on its members' links
         else:
-            dev = ctx.pricing.cluster.device(d)
-            key = (dev.type.name, dev.speed)
+            key = compute_kind(ctx.pricing.cluster.device(d))
         groups.setdefault(key, []).append(d)
     slots = [g[0] for g in groups.values()]
     counts = [len(g) for g in groups.values()]

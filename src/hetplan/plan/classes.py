@@ -1,9 +1,10 @@
 """Symmetry of a cluster: interchangeable nodes and devices, and device subsets by counts.
 
-Two nodes have the same *shape* when they hold the same device pools (type, speed, count, in
-order) behind the same intra-node and network links, and no per-pair link override touches
-them; the devices of one pool position in nodes of one shape form a *class*. Every cost the
-planner computes is the same for any two members of a class, so the search works on counts:
+Two nodes have the same *shape* when they hold the same device pools (type, speed, CPU
+threads, count, in order) behind the same intra-node and network links, and no per-pair link
+override touches them; the devices of one pool position in nodes of one shape form a *class*.
+Every cost the planner computes is the same for any two members of a class, so the search works
+on counts:
 
 - a *selection* is, per shape, the per-node count vector of each node (how many devices of each
   of the shape's classes it uses), sorted in decreasing order. That is the canonical member of
@@ -23,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from hetplan.cluster.spec import Cluster, Link
+from hetplan.cost.threads import compute_kind
 
 Counts = tuple[int, ...]
 """Devices used of each class of a shape, on one node."""
@@ -40,6 +42,8 @@ class DeviceClass:
     """Index of this class among its shape's classes."""
     type_name: str
     speed: float
+    threads: int | None = None
+    """Intra-op threads of a CPU class (``cost.threads``); None for GPUs."""
     per_node: int
     devices: tuple[tuple[str, ...], ...]
     """Per node of the shape (cluster order), this class's device ids (cluster order)."""
@@ -110,21 +114,22 @@ class Symmetry:
 def symmetry(cluster: Cluster) -> Symmetry:
     """Group the cluster's nodes by shape and their devices by class (one pass)."""
     overridden = {d for pair in cluster.pair_links for d in pair}
-    pools: dict[str, list[tuple[str, float, list[str]]]] = {}
+    pools: dict[str, list[tuple[tuple[str, float, int | None], list[str]]]] = {}
     for d in cluster.devices:
         held = pools.setdefault(d.node, [])
-        if held and held[-1][0] == d.type.name and held[-1][1] == d.speed:
-            held[-1][2].append(d.id)
+        kind = compute_kind(d)
+        if held and held[-1][0] == kind:
+            held[-1][1].append(d.id)
         else:
-            held.append((d.type.name, d.speed, [d.id]))
+            held.append((kind, [d.id]))
     by_key: dict[object, list[str]] = {}
     for node, node_pools in pools.items():
         key: object = (
-            tuple((t, s, len(ids)) for t, s, ids in node_pools),
+            tuple((kind, len(ids)) for kind, ids in node_pools),
             _link_key(cluster.intra_links.get(node)),
             _link_key(cluster.network.get(node)),
         )
-        if any(i in overridden for _, _, ids in node_pools for i in ids):
+        if any(i in overridden for _, ids in node_pools for i in ids):
             key = ("unique", node)  # a pair override makes this node unlike any other
         by_key.setdefault(key, []).append(node)
     shapes: list[Shape] = []
@@ -132,7 +137,7 @@ def symmetry(cluster: Cluster) -> Symmetry:
     for s, nodes in enumerate(by_key.values()):
         first = pools[nodes[0]]
         idx = []
-        for pos, (type_name, speed, ids) in enumerate(first):
+        for pos, ((type_name, speed, threads), ids) in enumerate(first):
             idx.append(len(classes))
             classes.append(
                 DeviceClass(
@@ -141,8 +146,9 @@ def symmetry(cluster: Cluster) -> Symmetry:
                     position=pos,
                     type_name=type_name,
                     speed=speed,
+                    threads=threads,
                     per_node=len(ids),
-                    devices=tuple(tuple(pools[n][pos][2]) for n in nodes),
+                    devices=tuple(tuple(pools[n][pos][1]) for n in nodes),
                 )
             )
         shapes.append(

@@ -10,6 +10,7 @@ from numpy.typing import NDArray
 from hetplan.cluster.spec import Cluster, DeviceType, Link
 from hetplan.cost.comm import p2p_time
 from hetplan.cost.memory import LayerBytes, backward_workspace, layer_bytes, optimizer_step_s
+from hetplan.cost.threads import compute_kind
 from hetplan.cost.tp import tp_comm_times, tp_share
 from hetplan.cost.tp_compute import tp_rank_costs
 from hetplan.cost.types import ComputeModel
@@ -27,7 +28,7 @@ class Pricing:
     graph: ModelGraph
     cluster: Cluster
     compute: ComputeModel
-    _cache: dict[tuple[str, float, int], tuple[Floats, Floats]] = field(default_factory=dict)
+    _cache: dict[tuple[object, ...], tuple[Floats, Floats]] = field(default_factory=dict)
     _mem: dict[tuple[str, int], LayerBytes] = field(default_factory=dict)
     _shares: dict[int, Floats] = field(default_factory=dict)
     _shapes: dict[str, int] | None = None
@@ -41,7 +42,7 @@ class Pricing:
         if SEP in device_id:
             return self._group_layers(device_id, batch)
         dev = self.cluster.device(device_id)
-        key = (dev.type.name, dev.speed, batch)
+        key = (*compute_kind(dev), batch)
         hit = self._cache.get(key)
         if hit is None:
             costs = self.compute.layer_costs(self.graph, dev, batch)
@@ -56,7 +57,7 @@ class Pricing:
         """What one rank of a TP group of degree ``tp`` computes per layer
         (``cost.tp_compute.tp_rank_costs``, as ``predict`` prices it)."""
         dev = self.cluster.device(device_id)
-        key = (f"{dev.type.name}/tp{tp}", dev.speed, batch)
+        key = ("tp", tp, *compute_kind(dev), batch)
         hit = self._cache.get(key)
         if hit is None:
             costs = tp_rank_costs(self.compute, self.graph, dev, batch, tp)
@@ -103,7 +104,7 @@ class Pricing:
                 self._shapes = {n: s.index for s in sym.shapes for n in s.nodes}
             ids = members(slot)
             dev = self.cluster.device(ids[0])
-            kind = (dev.type.name, dev.speed, len(ids), self._shapes[dev.node])
+            kind = (*compute_kind(dev), len(ids), self._shapes[dev.node])
             hit = self._kinds[slot] = (kind, dev.node)
         return (*hit[0], nodes.setdefault(hit[1], len(nodes)))
 
@@ -141,7 +142,7 @@ class Pricing:
         out = 0.0
         for d in ids:
             dev = self.cluster.device(d)
-            key = (dev.type.name, dev.speed, start, end, len(ids), optimizer)
+            key = (*compute_kind(dev), start, end, len(ids), optimizer)
             hit = self._opt.get(key)
             if hit is None:
                 layers = self.graph.layers[start:end]

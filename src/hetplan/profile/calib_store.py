@@ -1,7 +1,10 @@
 """Calibrations in the profile store: ``<profile dir>/calibrations/<type>__<dtype>.json``.
 
-One file per device type and dtype (a new calibration replaces the old one). Kept in their
-own folder so that :func:`hetplan.profile.store.load_profiles` never reads them.
+One file per device type and dtype (a new calibration replaces the old one), and on CPU per
+thread count: one taken with ``n > 1`` threads is ``<type>__<dtype>__t<n>.json``, so the
+cost model can pick the one a device's thread count matches (:mod:`hetplan.cost.threads`);
+one-thread files keep the name they had before. Kept in their own folder so that
+:func:`hetplan.profile.store.load_profiles` never reads them.
 """
 
 from __future__ import annotations
@@ -17,14 +20,21 @@ from hetplan.serde import from_data, load_file, to_data, write_json_atomic
 CALIBRATION_DIR = "calibrations"
 
 
-def calibration_path(device_type: str, dtype: str, directory: Path | None = None) -> Path:
-    """Where the calibration of ``device_type`` in ``dtype`` is stored."""
-    return profile_dir(directory) / CALIBRATION_DIR / f"{_safe(device_type)}__{_safe(dtype)}.json"
+def calibration_path(
+    device_type: str, dtype: str, directory: Path | None = None, threads: int = 1
+) -> Path:
+    """Where the calibration of ``device_type`` in ``dtype`` at ``threads`` CPU threads is
+    stored (a GPU's: ``threads`` 1, its host threads do not matter)."""
+    tail = f"__t{threads}" if threads > 1 else ""
+    name = f"{_safe(device_type)}__{_safe(dtype)}{tail}.json"
+    return profile_dir(directory) / CALIBRATION_DIR / name
 
 
 def save_calibration(cal: Calibration, directory: Path | None = None) -> Path:
-    """Store ``cal`` (replacing the device type's calibration in that dtype)."""
-    return write_calibration(cal, calibration_path(cal.device_type, cal.dtype, directory))
+    """Store ``cal`` (replacing the device type's calibration in that dtype, and on CPU at
+    that thread count)."""
+    threads = cal.threads if cal.device == "cpu" else 1
+    return write_calibration(cal, calibration_path(cal.device_type, cal.dtype, directory, threads))
 
 
 def store_calibration(cal: Calibration, out: Path | None) -> Path:

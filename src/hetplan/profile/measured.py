@@ -15,6 +15,11 @@ overrides what was profiled; and a profile of one micro-batch size prices that s
 point cannot split the fixed per-call cost from the per-sample cost: through the origin,
 gpt-tiny's 1f1b micro-batches of a quarter of the batch were priced at a quarter of its cost,
 67-71 ms against 150-230 ms measured). Other sizes fall back as for an unmeasured type.
+
+A CPU device running ``n`` threads (``cpus:``, :mod:`hetplan.cost.threads`) is priced by its
+type's profile taken at the thread count nearest ``n`` (:func:`cpu_profile`; ``n`` itself
+where there is one, before any other preference), its times scaled by Amdahl's law from that
+count to ``n``; the source names both (``measured on cpu (1 thread, scaled to 6 threads)``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,14 @@ from collections.abc import Mapping, Sequence
 from hetplan.cluster.catalog import device_type
 from hetplan.cluster.spec import Device, DeviceType
 from hetplan.cost.compute import CACHE_ENTRIES, AnalyticalCompute
+from hetplan.cost.threads import (
+    device_threads,
+    known_threads,
+    nearest_threads,
+    thread_note,
+    thread_scale,
+    threads_text,
+)
 from hetplan.cost.types import ComputeModel, LayerCost
 from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
@@ -81,6 +94,31 @@ def best_profiles(
     return best
 
 
+def cpu_profile(
+    profiles: Sequence[Profile],
+    graph: ModelGraph,
+    device_type: str,
+    threads: int,
+    batch: float | None = None,
+) -> tuple[Profile, int] | None:
+    """The single-device profile of ``graph`` on CPU type ``device_type`` (pricing ``batch``
+    where it is given) at the thread count nearest ``threads`` (``cost.threads``; a file
+    without one counts as one thread), best by :func:`_rank` among those; with that count.
+    None without any."""
+    mine = [
+        p
+        for p in profiles
+        if p.device_type == device_type
+        and p.tp == 1
+        and profile_matches(p, graph)
+        and (batch is None or prices(p, batch))
+    ]
+    if not mine:
+        return None
+    have = nearest_threads({known_threads(p.threads) for p in mine}, threads)
+    return max((p for p in mine if known_threads(p.threads) == have), key=_rank), have
+
+
 class MeasuredCompute:
     """:class:`~hetplan.cost.types.ComputeModel` over measured profiles (see module doc)."""
 
@@ -127,13 +165,16 @@ class MeasuredCompute:
         own = best_profiles(self.profiles, graph, tp, batch).get(device.type.name)
         if own is None:
             return None
-        return _measured_costs(own, graph, batch, device.speed, self.include_loss)
+        return _measured_costs(own, graph, batch, 1.0 / device.speed, self.include_loss)
 
     def layer_costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
         """Measured, scaled or fallback cost of every layer (each says its source)."""
         # The planner asks for the same triples many times; the graph is kept in the value
         # so that its id cannot be reused by another graph while cached.
-        key = (id(graph), id(device.type), device.type.name, device.speed, batch)
+        key = (
+            id(graph), id(device.type), device.type.name, device.speed, device_threads(device),
+            batch,
+        )  # fmt: skip
         hit = self._cache.get(key)
         if hit is not None and hit[0] is graph:
             return list(hit[1])
@@ -143,11 +184,27 @@ class MeasuredCompute:
         self._cache[key] = (graph, costs)
         return list(costs)
 
+    def own_profile(
+        self, graph: ModelGraph, device: Device, batch: float | None = None
+    ) -> tuple[Profile, float, str] | None:
+        """The device type's profile that prices the device (at ``batch`` if given), the
+        factor on its times for the device's threads, and what the source adds about them."""
+        want = device_threads(device)
+        if want is None:
+            own = self._matching(graph, batch).get(device.type.name)
+            return None if own is None else (own, 1.0, "")
+        hit = cpu_profile(self.profiles, graph, device.type.name, want, batch)
+        if hit is None:
+            return None
+        own, have = hit
+        return own, thread_scale(have, want), thread_note(have, want)
+
     def _costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
+        hit = self.own_profile(graph, device, batch)
+        if hit is not None:
+            own, scale, note = hit
+            return _measured_costs(own, graph, batch, scale / device.speed, self.include_loss, note)
         measured = self._matching(graph, batch)
-        own = measured.get(device.type.name)
-        if own is not None:
-            return _measured_costs(own, graph, batch, device.speed, self.include_loss)
         refs = [
             (p, t) for name, p in sorted(measured.items()) if (t := self._type(name)) is not None
         ]
@@ -167,16 +224,17 @@ class MeasuredCompute:
         target = fallback.layer_costs(graph, dataclasses.replace(device, speed=1.0), batch)
         options = []
         for profile, ref_type in refs:
-            ref_dev = dataclasses.replace(device, type=ref_type, speed=1.0)
+            ref_dev = _as_profiled(device, ref_type, profile)
             ref = fallback.layer_costs(graph, ref_dev, batch)
-            options.append((_log_distance(target, ref), profile, ref))
-        _, profile, ref = min(options, key=lambda o: (o[0], o[1].device_type))
+            options.append((_log_distance(target, ref), profile, ref, device_threads(ref_dev)))
+        _, profile, ref, ref_threads = min(options, key=lambda o: (o[0], o[1].device_type))
         base = _measured_costs(profile, graph, batch, 1.0, self.include_loss)
         fwd_total = _ratio(sum(c.fwd_s for c in target), sum(c.fwd_s for c in ref), 1.0)
         bwd_total = _ratio(sum(c.bwd_s for c in target), sum(c.bwd_s for c in ref), 1.0)
-        source = f"scaled from {profile.device_type}" + (
-            "" if is_deliberate(profile) else " (written back)"
-        )
+        source = f"scaled from {profile.device_type}"
+        if ref_threads is not None and ref_threads != 1:
+            source += f" ({threads_text(ref_threads)})"
+        source += "" if is_deliberate(profile) else " (written back)"
         return [
             LayerCost(
                 fwd_s=m.fwd_s * _ratio(t.fwd_s, r.fwd_s, fwd_total) / device.speed,
@@ -192,24 +250,39 @@ class MeasuredCompute:
         """Measured optimizer-step time of ``layers`` (default: all) on ``device``: the
         profile's optimizer fit at its largest batch, shared out by parameter bytes, divided
         by the speed share. None without a profile of the device's own type."""
-        own = self._matching(graph).get(device.type.name)
+        hit = self.own_profile(graph, device)
         total = graph.total_param_bytes
-        if own is None or total <= 0:
+        if hit is None or total <= 0:
             return None
+        own, scale, _ = hit
         names = set(layers) if layers is not None else {x.name for x in graph.layers}
         share = sum(x.param_bytes for x in graph.layers if x.name in names) / total
-        return own.step_fit.optimizer.at(max(own.batch_sizes)) * share / device.speed
+        return own.step_fit.optimizer.at(max(own.batch_sizes)) * share * scale / device.speed
 
     def profiled_optimizer(self, graph: ModelGraph, device: Device) -> str | None:
         """The optimizer whose step the device type's profile timed (None: no profile)."""
-        own = self._matching(graph).get(device.type.name)
-        return own.optimizer if own is not None else None
+        hit = self.own_profile(graph, device)
+        return hit[0].optimizer if hit is not None else None
+
+
+def _as_profiled(device: Device, ref_type: DeviceType, profile: Profile) -> Device:
+    """``device`` as the reference profile ran: of its type, at full speed, and on as many
+    cores as it had threads (what prices a CPU type, ``cost.threads``)."""
+    cores = tuple(range(known_threads(profile.threads)))
+    return dataclasses.replace(device, type=ref_type, speed=1.0, cpus=cores)
 
 
 def _measured_costs(
-    profile: Profile, graph: ModelGraph, batch: float, speed: float, include_loss: bool
+    profile: Profile,
+    graph: ModelGraph,
+    batch: float,
+    scale: float,
+    include_loss: bool,
+    note: str = "",
 ) -> list[LayerCost]:
-    source = f"measured on {profile.device_type}"
+    """The profile's costs times ``scale`` (threads over speed share); ``note`` goes after
+    the type in the source."""
+    source = f"measured on {profile.device_type}{note}"
     if profile.tp > 1:
         source += f" (tp {profile.tp})"
     if source_of(profile) == WRITTEN_BACK:
@@ -223,7 +296,7 @@ def _measured_costs(
         fwd, bwd = fit.fwd.at(batch), fit.bwd.at(batch)
         if include_loss and layer.name == last:
             fwd, bwd = fwd + loss.fwd.at(batch), bwd + loss.bwd.at(batch)
-        out.append(LayerCost(fwd_s=fwd / speed, bwd_s=bwd / speed, source=source))
+        out.append(LayerCost(fwd_s=fwd * scale, bwd_s=bwd * scale, source=source))
     return out
 
 

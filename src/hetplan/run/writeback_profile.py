@@ -4,6 +4,8 @@ Each run becomes one batch per micro-batch size it measured, with its provenance
 steps, spread); the profile keeps up to :data:`hetplan.profile.merge.KEPT_RUNS` runs per size
 in ``history`` and prices each size at their steps-weighted median. The file is separate
 from any profile measured on purpose (its key ends ``__written-back``), which it never edits.
+A CPU type's profile records the threads its ranks ran with (``Context.threads``); a run at
+another thread count starts it afresh, since figures at two counts are not one measurement.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from hetplan.cost.threads import known_threads
 from hetplan.profile.fit import Stats, summarize
 from hetplan.profile.importer import ZERO, exact, fit_batches, one_size_note
 from hetplan.profile.merge import kept_runs, merged_batches
@@ -100,7 +103,11 @@ def merged_profile(
     import torch  # noqa: PLC0415 (loaded by the run already; only its version is read)
 
     when = max((b.provenance.when for b in new if b.provenance is not None), default=now())
-    runs = kept_runs(_history(ctx.written_back(kind)), new)
+    threads = ctx.threads(kind)
+    old = ctx.written_back(kind)
+    if old is not None and known_threads(old.threads) != known_threads(threads):
+        old = None  # kept runs at another thread count do not merge with this one
+    runs = kept_runs(_history(old), new)
     batches = merged_batches(runs)
     fits, step_fit = fit_batches(batches)
     notes = [SPREAD_NOTE, *one_size_note(batches), OPTIMIZER_NOTE]
@@ -112,7 +119,7 @@ def merged_profile(
     return Profile(
         device_type=kind, device_name=f"hetplan train on {m.cluster or ctx.cluster.name}",
         device="train", model=ctx.graph.name, dataset=ctx.plan.model.dataset,
-        input_shape=tuple(ctx.graph.input_shape), dtype=ctx.graph.dtype, threads=0, cpus=None,
+        input_shape=tuple(ctx.graph.input_shape), dtype=ctx.graph.dtype, threads=threads, cpus=None,
         warmup=m.warmup, steps=m.steps, optimizer="none",
         batch_sizes=tuple(b.batch for b in batches), batches=batches, fits=fits,
         step_fit=step_fit, timestamp=when,

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hetplan.cluster.spec import Cluster
+from hetplan.cost.threads import device_threads
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import ModelGraph
 from hetplan.planspec import Plan
-from hetplan.profile.measured import best_profiles, profile_matches
+from hetplan.profile.measured import best_profiles, cpu_profile, profile_matches
 from hetplan.profile.provenance import WRITTEN_BACK, is_deliberate, source_of
 from hetplan.profile.types import Profile
 
@@ -53,6 +54,14 @@ class WriteBack:
     skipped: list[str] = field(default_factory=list)
 
 
+def run_threads(cluster: Cluster, devices: Sequence[str], kind: str) -> int:
+    """The intra-op threads every rank on ``devices`` of CPU type ``kind`` runs with
+    (``cost.threads``); 0 (unknown) for a GPU type or ranks with different counts."""
+    counts = {device_threads(d) for d in map(cluster.device, devices) if d.type.name == kind}
+    only = counts.pop() if len(counts) == 1 else None
+    return only if only is not None else 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class Context:
     """What every rank's conversion needs: the graph, the store's profiles and speeds."""
@@ -66,10 +75,19 @@ class Context:
     speeds: Mapping[str, float]
     """Effective speed share of devices that share cores (as the prediction estimated)."""
 
+    def threads(self, kind: str) -> int:
+        """The threads this run's ranks on CPU type ``kind`` ran with (0: unknown)."""
+        return run_threads(self.cluster, self.plan.devices, kind)
+
     def priced(self, kind: str, micro_batch: int) -> Profile | None:
-        """The single-device profile that priced ``kind`` at ``micro_batch`` (None: the
-        analytical model or another type's scaled profile did)."""
-        return best_profiles(self.profiles, self.graph, batch=micro_batch).get(kind)
+        """The single-device profile that priced ``kind`` at ``micro_batch`` as it is (None:
+        the analytical model, another type's scaled profile or, on CPU ranks, a profile of
+        another thread count scaled to theirs did)."""
+        threads = self.threads(kind)
+        if threads < 1:
+            return best_profiles(self.profiles, self.graph, batch=micro_batch).get(kind)
+        hit = cpu_profile(self.profiles, self.graph, kind, threads, micro_batch)
+        return hit[0] if hit is not None and hit[1] == threads else None
 
     def shadowed(self, kind: str, micro_batch: int) -> bool:
         """Whether a profile measured on purpose prices ``kind`` at ``micro_batch``."""
