@@ -1,4 +1,4 @@
-"""Stage memory breakdown and in-flight micro-batch counts."""
+"""Stage memory breakdown (in-flight counts: tests/planspec/test_strategies.py)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,7 @@ import dataclasses
 
 import pytest
 
-from hetplan.cost.memory import (
-    in_flight_microbatches,
-    stage_memory,
-    stashed_weight_versions,
-)
+from hetplan.cost.memory import stage_memory
 from hetplan.graph.types import LayerInfo
 
 
@@ -94,15 +90,3 @@ def test_tensor_parallel_holds_replicated_layers_whole() -> None:
 def test_bad_optimizer() -> None:
     with pytest.raises(ValueError, match="optimizer"):
         stage_memory(TOY, micro_batch=1, in_flight=1, optimizer="lion")
-
-
-def test_in_flight_counts() -> None:
-    assert [in_flight_microbatches("gpipe", s, 4, 8) for s in range(4)] == [8, 8, 8, 8]
-    assert [in_flight_microbatches("1f1b", s, 4, 8) for s in range(4)] == [4, 3, 2, 1]
-    assert [in_flight_microbatches("1f1b", s, 4, 2) for s in range(4)] == [2, 2, 2, 1]
-    assert [in_flight_microbatches("pipedream", s, 4, 2) for s in range(4)] == [4, 3, 2, 1]
-    assert in_flight_microbatches("dp", 0, 1, 1) == 1
-    assert in_flight_microbatches("ps", 0, 1, 4) == 1
-    assert [stashed_weight_versions(s, 4) for s in range(4)] == [3, 2, 1, 0]
-    with pytest.raises(ValueError, match="strategy"):
-        in_flight_microbatches("zero", 0, 1, 1)

@@ -26,7 +26,8 @@ from hetplan.plan.pricing import Pricing
 from hetplan.planspec import ModelRef, Plan
 from hetplan.predict import plan_from_options, predict
 from hetplan.predict.check import stage_ranges
-from hetplan.predict.price import PricedPlan, price
+from hetplan.predict.price import price
+from hetplan.schedule.work import PricedWork
 
 ELEM = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per element of the traced graph
 ClusterFactory = Callable[..., Cluster]  # the ``make_cluster`` fixture (tests/cost/conftest.py)
@@ -182,7 +183,7 @@ def _plan(
     )
 
 
-def _price(plan: Plan, graph: ModelGraph, clus: Cluster) -> PricedPlan:
+def _price(plan: Plan, graph: ModelGraph, clus: Cluster) -> PricedWork:
     compute = AnalyticalCompute(graph.dtype)
     return price(plan, graph, clus, compute, stage_ranges(plan, graph))
 

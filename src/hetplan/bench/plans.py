@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
-from hetplan.bench.suite import EXECUTABLE_FAMILIES, SUITE_STALENESS, TP_DEGREE, micro_batches
+from hetplan.bench.suite import (
+    EXECUTABLE_FAMILIES,
+    SUITE_STALENESS,
+    TP_DEGREE,
+    micro_batches,
+)
 from hetplan.cluster import Cluster
 from hetplan.cost.types import ComputeModel
 from hetplan.errors import InputError
@@ -13,44 +19,47 @@ from hetplan.graph.types import ModelGraph
 from hetplan.plan.objective import parse_objective
 from hetplan.plan.search import Ranking, SearchOptions, search
 from hetplan.planspec import ModelRef, Plan
+from hetplan.planspec.strategies import ASYNC_VARIANTS, spec_of
 from hetplan.predict import plan_from_options
 from hetplan.run.model import source_for
 from hetplan.run.train import check_plan
+
+VARIANT_FIELDS: dict[str, dict[str, Any]] = {
+    "ps-async": {"ps_async": True, "staleness": SUITE_STALENESS},
+    "wsp": {"sync": "wsp", "staleness": SUITE_STALENESS},
+}
+"""The plan fields of each asynchronous variant the suite runs (keys: ``ASYNC_VARIANTS``)."""
 
 
 def fixed_plan(
     strategy: str, graph: ModelGraph, cluster: Cluster, ref: ModelRef, batch: int
 ) -> Plan:
-    """``strategy`` over all of the cluster's devices with equal splits: the batch split evenly
-    over replicas (dp, hybrid), an equal number of layers per stage (the baselines the
-    heterogeneity-aware planner is compared with)."""
+    """``strategy`` (a suite case name: a strategy, an asynchronous variant or ``tp``) over all
+    of the cluster's devices with equal splits: the batch split evenly over replicas (dp,
+    hybrid), an equal number of layers per stage (the baselines the heterogeneity-aware planner
+    is compared with)."""
     n = len(cluster.devices)
-    if strategy == "dp":
-        return plan_from_options(graph, cluster, model=ref, strategy="dp", batch=batch)
-    if strategy in ("ps", "ps-async"):  # a server shard on every worker
-        asynchronous = strategy == "ps-async"
-        return plan_from_options(
-            graph, cluster, model=ref, strategy="ps", batch=batch,
-            ps_devices=[d.id for d in cluster.devices], ps_async=asynchronous,
-            staleness=SUITE_STALENESS if asynchronous else 0,
-        )  # fmt: skip
     if strategy == "tp":
         return plan_from_options(
             graph, cluster, model=ref, strategy="dp", batch=batch, dp=n // TP_DEGREE,
             tp=TP_DEGREE,
         )  # fmt: skip
-    if strategy in ("hybrid", "wsp"):
+    base = ASYNC_VARIANTS.get(strategy, strategy)
+    spec = spec_of(base)
+    fields: dict[str, Any] = dict(VARIANT_FIELDS.get(strategy, {}))
+    if spec.hosts_parameters:  # a server shard on every worker
+        fields["ps_devices"] = [d.id for d in cluster.devices]
+    if spec.shape == "replicas":
+        return plan_from_options(graph, cluster, model=ref, strategy=base, batch=batch, **fields)
+    if spec.shape == "pipelines":  # two pipelines of half the devices
         pp = n // 2
-        m = micro_batches(batch // 2, pp)
-        wsp = strategy == "wsp"
         return plan_from_options(
-            graph, cluster, model=ref, strategy="hybrid", batch=batch, dp=2, pp=pp,
-            micro_batches=m, sync="wsp" if wsp else "bsp",
-            staleness=SUITE_STALENESS if wsp else 0,
+            graph, cluster, model=ref, strategy=base, batch=batch, dp=2, pp=pp,
+            micro_batches=micro_batches(batch // 2, pp), **fields,
         )  # fmt: skip
     m = micro_batches(batch, n)
     return plan_from_options(
-        graph, cluster, model=ref, strategy=strategy, batch=batch, micro_batches=m
+        graph, cluster, model=ref, strategy=base, batch=batch, micro_batches=m, **fields
     )
 
 

@@ -3,9 +3,7 @@
 from hetplan.cost.compute import AnalyticalCompute, gpipe_compute_time, roofline_time
 from hetplan.cost.memory import (
     MemoryBreakdown,
-    in_flight_microbatches,
     stage_memory,
-    stashed_weight_versions,
 )
 from hetplan.cost.power import (
     LinearPowerModel,
@@ -26,9 +24,7 @@ __all__ = [
     "edp",
     "energy_j",
     "gpipe_compute_time",
-    "in_flight_microbatches",
     "roofline_time",
     "stage_memory",
-    "stashed_weight_versions",
     "utilization_power",
 ]

@@ -21,7 +21,6 @@ from hetplan.cost.tp import tp_output_share, tp_share
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.planspec.dtypes import DTYPE_BYTES, FP32_BYTES, is_mixed_precision
-from hetplan.planspec.strategies import ONE_STAGE, STRATEGIES
 from hetplan.units import MiB
 
 Floats = NDArray[np.float64]
@@ -311,36 +310,6 @@ def stage_memory(
         "backward_workspace": backward_workspace(layers, micro_batch, tp),
     }
     return MemoryBreakdown(**parts, total=sum(parts.values()))
-
-
-def in_flight_microbatches(strategy: str, stage: int, num_stages: int, micro_batches: int) -> int:
-    """Micro-batches whose activations a stage holds at its peak.
-
-    - ``gpipe``: all ``micro_batches`` (all forwards before any backward; GPipe, Huang et al.
-      2019),
-    - ``1f1b`` (and ``hybrid``, whose virtual workers pipeline the same way):
-      ``min(num_stages - stage, micro_batches)``, the warm-up depth of PipeDream-Flush
-      (Narayanan et al. 2021, "Memory-Efficient Pipeline-Parallel DNN Training"),
-    - ``pipedream`` (asynchronous): ``num_stages - stage`` (PipeDream, Narayanan et al. 2019),
-    - ``dp`` / ``ps``: 1.
-    """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
-    if not 0 <= stage < max(num_stages, 1):
-        raise ValueError(f"stage {stage} out of range for {num_stages} stages")
-    if strategy in ONE_STAGE:
-        return 1
-    if strategy == "gpipe":
-        return micro_batches
-    if strategy == "pipedream":
-        return num_stages - stage
-    return min(num_stages - stage, micro_batches)
-
-
-def stashed_weight_versions(stage: int, num_stages: int) -> int:
-    """Extra weight versions stage ``stage`` stashes in asynchronous PipeDream:
-    ``num_stages - stage - 1`` (one per micro-batch in flight beyond the current one)."""
-    return max(num_stages - stage - 1, 0)
 
 
 def optimizer_step_s(

@@ -31,7 +31,7 @@ from hetplan.plan.slots import partition_costs, partition_for, stage_costs
 from hetplan.plan.tp import SEP, members
 from hetplan.planspec.batch import micro_batch_size, split_batch
 from hetplan.planspec.plan import PipelinePlan, Plan, StagePlan
-from hetplan.planspec.strategies import Strategy
+from hetplan.planspec.strategies import Strategy, spec_of
 from hetplan.units import plural
 
 MICROBATCH_FACTORS = (1, 2, 4)
@@ -207,7 +207,8 @@ def pipeline_at(
     ctx: Context, strategy: Strategy, slots: tuple[tuple[str, ...], ...], m: int
 ) -> Candidate | None:
     """A pipelined candidate (single pipeline or hybrid) over ``slots`` with ``m`` micro-batches."""
-    if strategy == "hybrid":
+    spec = spec_of(strategy)
+    if spec.shape == "pipelines":
         return _hybrid_at(ctx, slots, m)
     order = slots[0]
     micro = micro_batch_size(ctx.batch, m)
@@ -222,10 +223,10 @@ def pipeline_at(
         recompute = True
     redo = RECOMPUTE_FACTOR if recompute else 1.0
     costs = partition_costs(ctx, (slots, (micro,)), part)
-    if strategy == "pipedream":
+    if spec.continuous:
         time_s = asynchronous_s(costs, m) * redo  # asynchronous: no flush, steady state
     else:
-        time_s = flushed_s(costs, m, strategy) * redo
+        time_s = flushed_s(costs, m, spec.order) * redo
     busy = {order[s]: c * m * redo for s, c in zip(part.slots, part.compute_times, strict=True)}
     plan = ctx.plan(
         strategy,
@@ -277,7 +278,7 @@ def equal_pipeline(ctx: Context, devices: Sequence[str]) -> Candidate:
         need += ctx.pricing.workspace(micro)
         fits = fits and need <= dtype.memory_bytes
     redo = 1.0 if fits else RECOMPUTE_FACTOR
-    time_s = flushed_s(costs, m, "gpipe") * redo
+    time_s = flushed_s(costs, m, spec_of("gpipe").order) * redo
     plan = ctx.plan(
         "gpipe",
         [PipelinePlan(stages=stages, batch=ctx.batch)],
@@ -337,7 +338,7 @@ def _hybrid_at(ctx: Context, slots: tuple[tuple[str, ...], ...], m: int) -> Cand
         return None
     costs = partition_costs(ctx, (slots, micro), part)
     costs = dataclasses.replace(costs, sync=_hybrid_syncs(ctx, slots, micro, part))
-    pipe_time = flushed_s(costs, m, "1f1b")
+    pipe_time = flushed_s(costs, m, spec_of("hybrid").order)
     busy = {g[s]: c * m for g in slots for s, c in zip(part.slots, part.compute_times, strict=True)}
     pipes = [
         PipelinePlan(stages=_stages(ctx, part, g), batch=b)

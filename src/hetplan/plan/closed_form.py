@@ -30,6 +30,8 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from hetplan.planspec.order import Order
+
 
 @dataclass(frozen=True, kw_only=True)
 class StageCosts:
@@ -63,9 +65,9 @@ class StageCosts:
                 yield b - a, compute[b] - compute[a] + 2 * (cuts[b - 1] - cuts[a])
 
 
-def flushed_s(costs: StageCosts, m: int, order: str) -> float:
-    """One iteration of ``m`` micro-batches in GPipe (``order`` "gpipe") or 1F1B order
-    (anything else), gradient syncs and optimizer steps included."""
+def flushed_s(costs: StageCosts, m: int, order: Order) -> float:
+    """One iteration of ``m`` micro-batches in GPipe or 1F1B ``order``, gradient syncs and
+    optimizer steps included."""
     n = len(costs.fwd)
     path = sum(costs.fwd) + sum(costs.bwd) + 2 * sum(costs.cut)
     if order == "gpipe":

@@ -32,7 +32,7 @@ from hetplan.plan.options import RUNNABLE, SearchOptions
 from hetplan.plan.search import Ranking, baselines, make_context, rank, simulate, unique
 from hetplan.plan.tp import TP_DEGREES, has_tp_units, splits_at, tp_groups
 from hetplan.planspec.plan import ModelRef
-from hetplan.planspec.strategies import ONE_STAGE, SINGLE_PIPELINE, TP_RUNNABLE
+from hetplan.planspec.strategies import spec_of
 
 Subsets = Literal["orbits", "identity"]
 MAX_REFERENCE_DEVICES = 12
@@ -52,7 +52,7 @@ def exhaustive_search(
     ctx = make_context(model, graph, cluster, compute, opts)
     families = tuple(f for f in opts.families if f in RUNNABLE or not opts.runnable_only)
     if graph.split_error is not None:
-        families = tuple(f for f in families if f in ONE_STAGE)
+        families = tuple(f for f in families if spec_of(f).shape == "replicas")
     pool: list[Candidate] = []
     for devices in _subsets(cluster, subsets):
         n = len(devices)
@@ -79,7 +79,7 @@ def candidates_on(
         out.append(dp)
     if "ps" in families and len(devices) > 1:
         out.append(ps_candidate(ctx, devices, dp))
-    piped = [f for f in SINGLE_PIPELINE if f in families]
+    piped = [f for f in families if spec_of(f).shape == "pipeline"]
     out += _pipelined(ctx, devices, piped, "hybrid" in families, orders=2)
     if has_tp_units(ctx.graph):
         for tp in (t for t in TP_DEGREES if splits_at(ctx.graph, t)):
@@ -89,7 +89,7 @@ def candidates_on(
             tp_dp = dp_candidate(ctx, groups)
             if tp_dp is not None and "dp" in families:
                 out.append(tp_dp)
-            tp_piped = [f for f in piped if f in TP_RUNNABLE]
+            tp_piped = [f for f in piped if spec_of(f).tensor_parallel]
             out += _pipelined(ctx, groups, tp_piped, "hybrid" in families, orders=1)
     return out
 

@@ -24,7 +24,7 @@ from hetplan.plan.objective import Objective
 from hetplan.plan.options import RUNNABLE, Budget, Progress, SearchOptions
 from hetplan.plan.subsets import Space, subset_space
 from hetplan.plan.tp import TP_DEGREES, has_tp_units, splits_at, tp_groups
-from hetplan.planspec.strategies import ONE_STAGE, SINGLE_PIPELINE, TP_RUNNABLE
+from hetplan.planspec.strategies import spec_of
 
 PS_SUBSETS = 8
 """Subsets (best by the data-parallel estimate) that get a parameter-server candidate when the
@@ -60,7 +60,7 @@ def screen(
             order = sorted(range(len(multi)), key=scores.__getitem__)
             multi = [multi[i] for i in order[:PS_SUBSETS]]
         pool.extend(ps_candidate(ctx, space.devices(sel), dp) for sel, dp in multi)
-    piped = [s for s in SINGLE_PIPELINE if s in opts.families]
+    piped = [f for f in opts.families if spec_of(f).shape == "pipeline"]
     sizes = [space.sym.size(sel) for sel in space.selections]
     sels = space.selections
     shallow = [s for s, n in zip(sels, sizes, strict=True) if 1 < n <= MAX_PIPELINE_STAGES]
@@ -98,10 +98,10 @@ def _allowed(ctx: Context, opts: SearchOptions, rejected: Counter[str]) -> Searc
     if opts.runnable_only:
         families = tuple(f for f in families if f in RUNNABLE)
     if ctx.graph.split_error is not None:
-        piped = [f for f in families if f not in ONE_STAGE]
+        piped = [f for f in families if spec_of(f).shape != "replicas"]
         if piped:
             rejected[f"{', '.join(piped)}: {ctx.graph.split_error}"] += 1
-        families = tuple(f for f in families if f in ONE_STAGE)
+        families = tuple(f for f in families if f not in piped)
     return dataclasses.replace(opts, families=families)
 
 
@@ -113,7 +113,9 @@ def _tensor_parallel(
     promising by the balanced bound, at every degree some unit splits at. All of these run
     (``hetplan train``); ps, pipedream and wsp get no TP variant (``search.unrunnable``)."""
     out: list[Candidate] = []
-    piped = [s for s in SINGLE_PIPELINE if s in TP_RUNNABLE and s in opts.families]
+    piped = [
+        f for f in opts.families if spec_of(f).shape == "pipeline" and spec_of(f).tensor_parallel
+    ]
     multi = [s for s in space.selections if space.sym.size(s) > 1]
     degrees = [tp for tp in TP_DEGREES if splits_at(ctx.graph, tp)]
     for sel in _promising(ctx, space, multi, opts.objective)[:TP_SUBSETS]:

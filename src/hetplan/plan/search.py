@@ -25,12 +25,11 @@ from hetplan.plan.candidates import dp_candidate, equal_pipeline, refine
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.explain import reasons
 from hetplan.plan.objective import Metrics, Objective, pareto_front
-from hetplan.plan.options import RUNNABLE, Budget, Progress, SearchOptions
+from hetplan.plan.options import Budget, Progress, SearchOptions
 from hetplan.plan.pricing import Pricing
 from hetplan.plan.screen import screen
-from hetplan.plan.staleness import is_asynchronous
 from hetplan.planspec.plan import ModelRef, Plan
-from hetplan.planspec.strategies import TP_RUNNABLE
+from hetplan.planspec.strategies import spec_of
 from hetplan.predict import Prediction, predict
 from hetplan.serde import to_data
 
@@ -281,18 +280,8 @@ def metrics_of(plan: Plan, pred: Prediction) -> Metrics:
 
 
 def unrunnable(plan: Plan) -> str | None:
-    """Why ``hetplan train`` cannot run ``plan`` (mirrors ``run.layout.check_executable``)."""
-    if plan.strategy not in RUNNABLE:
-        return f"{plan.strategy} is not executable yet"
-    if plan.model.dtype == "fp16" and is_asynchronous(plan):
-        return f"{plan.strategy} with fp16 loss scaling is not executable (no common step)"
-    if plan.tp != 1 and (plan.strategy not in TP_RUNNABLE or plan.sync == "wsp"):
-        return f"{plan.strategy} with tensor parallelism (tp {plan.tp}) is not executable yet"
-    if plan.strategy != "dp":
-        for pipe in plan.pipelines:
-            if pipe.batch % plan.micro_batches:
-                return f"batch {pipe.batch} is not a multiple of {plan.micro_batches} micro-batches"
-    return None
+    """Why ``hetplan train`` cannot run ``plan`` (the spec's rule, as the runtime checks it)."""
+    return spec_of(plan).why_unrunnable(plan)
 
 
 def rank(

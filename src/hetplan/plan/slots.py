@@ -10,15 +10,14 @@ from numpy.typing import NDArray
 
 from hetplan.cost.memory import (
     framework_overhead_bytes,
-    in_flight_microbatches,
     is_gpu,
-    stashed_weight_versions,
 )
 from hetplan.cost.ties import tie_sync_s
 from hetplan.plan.closed_form import StageCosts
 from hetplan.plan.context import Context, SlotKey
 from hetplan.plan.partition import Partition, partition_fast
 from hetplan.plan.tp import members
+from hetplan.planspec.strategies import spec_of
 
 Floats = NDArray[np.float64]
 
@@ -116,6 +115,7 @@ def slot_memory(
     """
     order, micro = key
     n = len(order[0])
+    spec = spec_of(strategy)
     mem = np.zeros((n, len(ctx.graph.layers)))
     fixed = np.zeros(n)
     caps = np.full(n, math.inf)
@@ -123,8 +123,8 @@ def slot_memory(
     for v in distinct_replicas(ctx, key):
         devs = order[v]
         for s, d in enumerate(devs):
-            flight = in_flight_microbatches(strategy, s, n, m)
-            stashed = stashed_weight_versions(s, n) if strategy == "pipedream" else 0
+            flight = spec.in_flight(s, n, m)
+            stashed = spec.stashed_versions(s, n)
             # Recomputation keeps one micro-batch's activations plus each in-flight stage
             # input (bounded here by the largest cut).
             kept = 1 if recompute else flight

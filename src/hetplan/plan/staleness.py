@@ -24,7 +24,7 @@ iteration time, and so that ``hetplan plan --sync-only`` can leave such plans ou
 from __future__ import annotations
 
 from hetplan.planspec.plan import Plan
-from hetplan.planspec.strategies import ASYNCHRONOUS_FAMILIES
+from hetplan.planspec.strategies import ASYNCHRONOUS_FAMILIES, spec_of
 
 __all__ = [
     "ASYNCHRONOUS_FAMILIES",
@@ -37,11 +37,7 @@ __all__ = [
 
 def is_asynchronous(plan: Plan) -> bool:
     """Whether a forward pass of ``plan`` may use weights that miss a completed update."""
-    if plan.strategy in ASYNCHRONOUS_FAMILIES:
-        return True
-    if plan.strategy == "hybrid":
-        return plan.sync == "wsp"
-    return plan.strategy == "ps" and plan.ps_async
+    return spec_of(plan).asynchronous(plan)
 
 
 def pipeline_lag(plan: Plan) -> int:
@@ -53,20 +49,20 @@ def pipeline_lag(plan: Plan) -> int:
 def staleness_of(plan: Plan) -> int | None:
     """The staleness bound of ``plan`` in iterations (optimizer steps); 0 for synchronous
     plans, None for an asynchronous parameter server without a bound."""
-    if not is_asynchronous(plan):
+    spec = spec_of(plan)
+    if not spec.asynchronous(plan):
         return 0
-    if plan.strategy == "ps":
+    if spec.hosts_parameters:
         return plan.staleness or None
-    if plan.strategy == "hybrid":
-        return plan.staleness + pipeline_lag(plan)
-    return pipeline_lag(plan)
+    return pipeline_lag(plan) + (0 if spec.continuous else plan.staleness)
 
 
 def staleness_text(plan: Plan) -> str:
     """Short form for a table cell: ``sync``, ``async ≤1 it``, ``WSP D=2 (+1)``."""
-    if not is_asynchronous(plan):
+    spec = spec_of(plan)
+    if not spec.asynchronous(plan):
         return "sync"
-    if plan.strategy == "hybrid":
+    if not spec.hosts_parameters and not spec.continuous:  # waves: HetPipe's WSP
         lag = pipeline_lag(plan)
         return f"WSP D={plan.staleness}" + (f" (+{lag})" if lag else "")
     bound = staleness_of(plan)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from hetplan.planspec.strategies import ONE_STAGE, SINGLE_PIPELINE, Strategy
+from hetplan.planspec.strategies import Strategy, spec_of
 
 Optimizer = Literal["sgd", "momentum", "adam"]
 Sync = Literal["bsp", "wsp"]
@@ -129,19 +129,22 @@ def _check_plan(plan: Plan) -> None:
     if dup:
         raise ValueError(f"devices used twice: {', '.join(dup)}")
     nstages = {len(p.stages) for p in plan.pipelines}
-    if plan.strategy in ONE_STAGE and nstages != {1}:
+    spec = spec_of(plan)
+    if spec.shape == "replicas" and nstages != {1}:
         raise ValueError(f"strategy {plan.strategy}: every pipeline must have exactly 1 stage")
-    if plan.strategy in SINGLE_PIPELINE and len(plan.pipelines) != 1:
+    if spec.shape == "pipeline" and len(plan.pipelines) != 1:
         raise ValueError(
             f"strategy {plan.strategy}: exactly 1 pipeline expected "
             f"(got {len(plan.pipelines)}; use hybrid for several)"
         )
-    if plan.strategy == "hybrid":
+    if spec.shape == "pipelines":
         bounds = {tuple(s.layers[0] for s in p.stages) for p in plan.pipelines}
         if len(bounds) > 1:
-            raise ValueError("strategy hybrid: every pipeline must have the same stage boundaries")
-    if plan.strategy == "ps" and not plan.ps_devices:
-        raise ValueError("strategy ps: ps_devices must name at least one device")
+            raise ValueError(
+                f"strategy {plan.strategy}: every pipeline must have the same stage boundaries"
+            )
+    if spec.hosts_parameters and not plan.ps_devices:
+        raise ValueError(f"strategy {plan.strategy}: ps_devices must name at least one device")
 
 
 def _check_pipeline(plan: Plan, i: int, pipe: PipelinePlan) -> None:

@@ -23,7 +23,7 @@ from hetplan.graph.types import ModelGraph
 from hetplan.planspec.batch import split_batch
 from hetplan.planspec.dtypes import TRAINING_DTYPES
 from hetplan.planspec.plan import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.planspec.strategies import ONE_STAGE, PIPELINED, SINGLE_PIPELINE, STRATEGIES
+from hetplan.planspec.strategies import SPECS, STRATEGIES, spec_of
 from hetplan.serde import from_data, to_data
 
 DEFAULT_BATCH_PER_REPLICA = 32  # samples; a common per-GPU batch for the zoo's CNNs
@@ -36,16 +36,19 @@ DATASET_SIZES = {"mnist": 60_000, "cifar10": 50_000, "imagenet": 1_281_167}
 
 def _shape(strategy: str, n: int, dp: int | None, pp: int | None, tp: int) -> tuple[int, int]:
     """(replicas, stages) from the options and the number of devices ``n``."""
-    if strategy in ONE_STAGE:
+    shape = spec_of(strategy).shape
+    if shape == "replicas":
         if pp not in (None, 1):
             raise InputError(f"--pp: strategy {strategy} has one stage per replica (got {pp})")
         return (dp if dp is not None else _fit(n, tp, "replicas")), 1
-    if strategy in SINGLE_PIPELINE:
+    if shape == "pipeline":
         if dp not in (None, 1):
             raise InputError(f"--dp: strategy {strategy} has one pipeline (got {dp}); use hybrid")
         return 1, (pp if pp is not None else _fit(n, tp, "stages"))
     if dp is None and pp is None:
-        raise InputError("strategy hybrid: give --dp (pipelines) or --pp (stages per pipeline)")
+        raise InputError(
+            f"strategy {strategy}: give --dp (pipelines) or --pp (stages per pipeline)"
+        )
     if dp is None:
         dp = n // (tp * (pp or 1))
     if pp is None:
@@ -120,7 +123,7 @@ def parse_dtype(text: str) -> str:
 
 
 def _check_options(strategy: str, **counts: int | None) -> None:
-    if strategy not in STRATEGIES:
+    if strategy not in SPECS:
         raise InputError(f"--strategy: {strategy!r}; expected one of {', '.join(STRATEGIES)}")
     for name, value in counts.items():
         if value is not None and value < 1:
@@ -133,7 +136,7 @@ def _default_micro_batches(
 ) -> int:
     if micro_batch_size is not None:
         return max(1, math.ceil(per_replica / micro_batch_size))
-    if strategy in PIPELINED:
+    if spec_of(strategy).shape != "replicas":
         return min(MICRO_BATCHES_PER_STAGE * stages, per_replica)
     return 1
 
@@ -174,7 +177,7 @@ def plan_from_options(
     pool = list(devices) if devices is not None else [d.id for d in cluster.devices]
     for d in pool:
         cluster.device(d)  # InputError naming the id and the known ones
-    if partition is not None and pp is None and strategy not in ONE_STAGE:
+    if partition is not None and pp is None and spec_of(strategy).shape != "replicas":
         pp = len(partition) + (0 if partition and partition[0] == 0 else 1)
     if not 1 <= tp <= len(pool):
         raise InputError(
@@ -225,7 +228,9 @@ def plan_from_options(
         "staleness": staleness,
         "ps_devices": list(ps_devices)
         if ps_devices is not None
-        else ([p[0].devices[0] for p in pipes_stages] if strategy == "ps" else []),
+        else (
+            [p[0].devices[0] for p in pipes_stages] if spec_of(strategy).hosts_parameters else []
+        ),
         "ps_async": ps_async,
         "bucket_mb": bucket_mb,
         "cluster": cluster.name,

@@ -9,15 +9,14 @@ from hetplan.cost import comm
 from hetplan.cost.memory import (
     MemoryBreakdown,
     framework_overhead_bytes,
-    in_flight_microbatches,
     is_gpu,
     ps_shard_scale,
     stage_memory,
-    stashed_weight_versions,
 )
 from hetplan.cost.ties import stage_tied_params
 from hetplan.graph.types import ModelGraph
 from hetplan.planspec.plan import Plan
+from hetplan.planspec.strategies import spec_of
 from hetplan.units import fmt_bytes
 
 
@@ -46,7 +45,8 @@ def plan_memory(
     """Peak memory of every device of the plan (workers and PS hosts); ``graph.dtype``
     bf16/fp16 is mixed precision (fp32 weights, gradients and state, see ``stage_memory``)."""
     num = plan.num_stages
-    sync = len(plan.pipelines) > 1 and plan.strategy != "ps"
+    spec = spec_of(plan)
+    sync = spec.syncs_replicas(plan)
     shards = _ps_shards(plan, graph)
     out: dict[str, DeviceMemory] = {}
     for p, pipe in enumerate(plan.pipelines):
@@ -57,13 +57,11 @@ def plan_memory(
                 mem = stage_memory(
                     graph.layers[lo : hi + 1],
                     micro_batch=micro_batch[p],
-                    in_flight=in_flight_microbatches(plan.strategy, s, num, plan.micro_batches),
+                    in_flight=spec.in_flight(s, num, plan.micro_batches),
                     optimizer=plan.optimizer,
                     dtype=graph.dtype,
                     recompute=plan.recompute,
-                    stashed_versions=(
-                        stashed_weight_versions(s, num) if plan.strategy == "pipedream" else 0
-                    ),
+                    stashed_versions=spec.stashed_versions(s, num),
                     tp=plan.tp,
                     bucket_bytes=bucket_bytes[s] if sync else 0.0,
                     framework_bytes=framework_overhead_bytes(is_gpu(dev.type)),
@@ -98,7 +96,7 @@ def plan_memory(
 def _ps_shards(plan: Plan, graph: ModelGraph) -> dict[str, float]:
     """Bytes each PS host keeps: its shard's parameter bytes times
     ``cost.memory.ps_shard_scale`` (weights, a gradient accumulator, the optimizer state)."""
-    if plan.strategy != "ps" or not plan.ps_devices:
+    if not spec_of(plan).hosts_parameters or not plan.ps_devices:
         return {}
     tensors = [b for sizes in comm.layer_tensor_bytes(graph.layers) for b in sizes]
     assignment = comm.assign_ps_shards(tensors, len(plan.ps_devices), plan.ps_assignment)

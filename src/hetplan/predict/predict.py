@@ -24,12 +24,10 @@ from hetplan.graph.types import ModelGraph
 from hetplan.planspec.plan import Plan
 from hetplan.predict.check import check_devices, stage_ranges
 from hetplan.predict.memory import infeasible_reasons, plan_memory
-from hetplan.predict.price import PricedPlan, price
+from hetplan.predict.price import price
 from hetplan.predict.sharing import SHARING_ROUNDS, core_groups, shared_speeds, with_speeds
-from hetplan.schedule import generators as gen
 from hetplan.schedule.builder import paused_gc
-from hetplan.schedule.pipeline import Order
-from hetplan.schedule.types import Schedule
+from hetplan.schedule.plan_schedule import build_schedule
 from hetplan.simulate import Timeline, simulate
 
 
@@ -107,24 +105,6 @@ class Prediction:
                 for o in self.timeline.spans()
             ]
         return out
-
-
-def build_schedule(plan: Plan, priced: PricedPlan, iterations: int | None = None) -> Schedule:
-    """The strategy's schedule over the priced work. ``iterations``: for the multi-iteration
-    schedules (asynchronous ones), exactly that many and no steady-state window (execution)."""
-    m = plan.micro_batches
-    pipes, buckets = priced.pipes, priced.buckets
-    if plan.strategy == "ps":
-        kw = {} if iterations is None else {"iterations": iterations}
-        return gen.parameter_server(
-            pipes, plan.ps_devices, priced.ps, m, asynchronous=plan.ps_async, **kw
-        )
-    if plan.strategy == "pipedream":
-        return gen.pipedream_async(pipes[0], m, iterations=iterations)
-    if plan.strategy == "hybrid" and plan.sync == "wsp":
-        return gen.wsp(pipes, m, plan.staleness, buckets=buckets, iterations=iterations)
-    order: Order = "gpipe" if plan.strategy == "gpipe" else "1f1b"
-    return gen.synchronous(plan.strategy, pipes, m, order=order, buckets=buckets)
 
 
 def predict(

@@ -27,7 +27,6 @@ Conventions (see docs/models.md):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import comm
@@ -40,7 +39,16 @@ from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.planspec.batch import micro_batch_size
 from hetplan.planspec.plan import Plan
-from hetplan.schedule.work import CutWork, PipelineWork, PsWork, StageWork, SyncBucket
+from hetplan.planspec.strategies import spec_of
+from hetplan.schedule.work import (
+    CutWork,
+    PipelineWork,
+    PricedWork,
+    PsWork,
+    StageWork,
+    SyncBucket,
+    split_backward,
+)
 from hetplan.units import MiB
 
 # Share of an overlapped gloo allreduce's time that a CPU rank's compute loses to it. 1: the
@@ -48,48 +56,6 @@ from hetplan.units import MiB
 # (docs/benchmarks.md): vgg11/cifar10 backward of 8 samples 45-54 ms alone or beside another
 # rank, 72-79 ms while its 37 MB of gradients are all-reduced in buckets by gloo.
 CPU_COLLECTIVE_CORE_SHARE = 1.0  # dimensionless
-
-
-@dataclass(frozen=True, kw_only=True)
-class PricedPlan:
-    """Everything the schedule generators need, plus what the report wants to show."""
-
-    pipes: list[PipelineWork]
-    buckets: list[list[SyncBucket]]
-    """Per stage: gradient buckets all-reduced across the replicas (empty: one replica)."""
-    ps: list[PsWork]
-    micro_batch: list[int]
-    """Per pipeline: samples per micro-batch."""
-    bucket_bytes: list[float]
-    """Per stage: DDP bucket memory (bytes per device) when buckets exist."""
-    sources: tuple[str, ...]
-    """Distinct cost sources of the layer costs used."""
-    tp_bytes: list[list[tuple[float, float]]] = field(default_factory=list)
-    """Per pipeline, per stage: (forward, backward) bytes of the TP all-reduces one TP rank
-    runs per micro-batch (``cost.tp.tp_traffic``; with recomputation the forward ones run
-    again in the backward); (0, 0) without tensor parallelism."""
-
-
-def split_backward(
-    bwd_layers: Sequence[float], buckets: Sequence[comm.GradBucket]
-) -> tuple[tuple[float, ...], list[int]]:
-    """Backward parts in execution order and the part after which each bucket is ready.
-
-    Backward runs from the last layer down; bucket ``k`` is ready once layer ``last_layer``
-    (local index) is done, so part ``k`` covers the layers from the previous boundary down to
-    it. Layers below the last boundary (no parameters) form a trailing part.
-    """
-    parts: list[float] = []
-    index: list[int] = []
-    hi = len(bwd_layers)
-    for bucket in buckets:
-        lo = min(bucket.last_layer, hi)
-        parts.append(float(sum(bwd_layers[lo:hi])))
-        index.append(len(parts) - 1)
-        hi = lo
-    if hi > 0 or not parts:
-        parts.append(float(sum(bwd_layers[:hi])))
-    return tuple(parts), index
 
 
 def cpu_collective_steal(parts: Sequence[float], allreduce_s: Sequence[float]) -> tuple[float, ...]:
@@ -176,10 +142,10 @@ def price(
     cluster: Cluster,
     compute: ComputeModel,
     ranges: list[list[tuple[int, int]]],
-) -> PricedPlan:
+) -> PricedWork:
     """Turn ``plan`` into priced work for the schedule generators."""
-    nrep = len(plan.pipelines)
-    sync = nrep > 1 and plan.strategy != "ps"
+    spec = spec_of(plan)
+    sync = spec.syncs_replicas(plan)
     num = plan.num_stages
     stage_buckets: list[list[comm.GradBucket]] = []
     for lo, hi in ranges[0]:
@@ -226,8 +192,8 @@ def price(
                 cuts.append(_cut(graph, cluster, stage.devices, nxt, ranges[p][s][1], mb))
         pipes.append(PipelineWork(stages=tuple(stages), cuts=tuple(cuts), batch=pipe.batch))
     bucket_bytes = [float(sum(b.nbytes for b in bs)) for bs in stage_buckets]
-    ps = _ps_work(plan, graph, cluster) if plan.strategy == "ps" else []
-    return PricedPlan(
+    ps = _ps_work(plan, graph, cluster) if spec.hosts_parameters else []
+    return PricedWork(
         pipes=pipes,
         buckets=buckets,
         ps=ps,

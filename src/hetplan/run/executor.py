@@ -1,6 +1,6 @@
 """Run one rank's action list of the plan's schedule: the executor of every family.
 
-Each rank walks its device's actions of :func:`hetplan.run.program.execution_schedule` in
+Each rank walks its device's actions of :func:`hetplan.schedule.plan_schedule.execution_schedule` in
 order: ``fwd`` runs the stage program on a micro-batch, ``bwd`` its backward (one autograd call;
 the parts the schedule splits the last backward into end when each gradient bucket is
 complete, :mod:`hetplan.run.gradsync`), ``send`` posts a non-blocking send at the sender and a

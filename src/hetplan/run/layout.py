@@ -13,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hetplan.errors import InputError
-from hetplan.plan.staleness import is_asynchronous
 from hetplan.planspec import Plan
-from hetplan.planspec.strategies import RUNNABLE as EXECUTABLE
+from hetplan.planspec.strategies import spec_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +67,7 @@ def rank_roles(plan: Plan) -> list[RankRole]:
 def server_devices(plan: Plan) -> list[str]:
     """Parameter-server hosts that are not workers: each runs a server-only rank after the
     workers' ranks."""
-    if plan.strategy != "ps":
+    if not spec_of(plan).hosts_parameters:
         return []
     workers = set(plan.devices)
     return [d for d in dict.fromkeys(plan.ps_devices) if d not in workers]
@@ -117,23 +116,9 @@ def check_executable(plan: Plan, layer_names: list[str]) -> None:
 
     ``layer_names``: the model's layers at the plan's depth (what ``hetplan inspect`` lists).
     """
-    if plan.strategy not in EXECUTABLE:
-        raise InputError(
-            f"strategy {plan.strategy} is not executable yet (see docs/run.md); "
-            f"executable: {', '.join(EXECUTABLE)}"
-        )
-    if plan.tp != 1 and (plan.strategy in ("ps", "pipedream") or plan.sync == "wsp"):
-        raise InputError(
-            f"tp: tensor parallelism (tp = {plan.tp}) runs with dp, gpipe, 1f1b and hybrid "
-            f"(BSP), not with {plan.strategy}{' wsp' if plan.sync == 'wsp' else ''} yet"
-        )
-    if plan.strategy not in ("dp", "ps"):
-        _check_micro_batches(plan)
-    if plan.model.dtype == "fp16" and is_asynchronous(plan):
-        raise InputError(
-            "model.dtype: fp16's loss scaling skips a step on every rank together; an "
-            f"asynchronous plan ({plan.strategy}) has no common step (use bf16 or fp32)"
-        )
+    why = spec_of(plan).why_unrunnable(plan)
+    if why is not None:
+        raise InputError(why)
     known = set(layer_names)
     for i, pipe in enumerate(plan.pipelines):
         layers = [name for stage in pipe.stages for name in stage.layers]
@@ -150,14 +135,4 @@ def check_executable(plan: Plan, layer_names: list[str]) -> None:
             raise InputError(
                 f"pipelines.{i}: stages must cover every layer of the model once; "
                 f"missing or repeated: {', '.join(missing)}"
-            )
-
-
-def _check_micro_batches(plan: Plan) -> None:
-    m = plan.micro_batches
-    for i, pipe in enumerate(plan.pipelines):
-        if pipe.batch % m:
-            raise InputError(
-                f"pipelines.{i}.batch ({pipe.batch}) must be a multiple of micro_batches ({m}) "
-                "to run (pipeline stages exchange fixed-shape micro-batches)"
             )

@@ -5,9 +5,9 @@
 2. Only the parameters and buffers the rank's stage reads are materialised on its device
    (:meth:`hetplan.run.model.ModelSource.build_part`), with the values the single-process
    reference gets.
-3. The rank's action list comes from the plan's schedule (:mod:`hetplan.run.program`), with the
-   gradient buckets of the real parameters; hybrid and data-parallel stages sync them over the
-   stage's group (:mod:`hetplan.run.gradsync`).
+3. The rank's action list comes from the plan's schedule
+   (:mod:`hetplan.schedule.plan_schedule`), with the gradient buckets of the real parameters;
+   hybrid and data-parallel stages sync them over the stage's group (:mod:`hetplan.run.gradsync`).
 4. The values crossing each cut are described once by a real forward of one micro-batch, run
    stage after stage (state and RNG restored afterwards).
 """
@@ -28,16 +28,17 @@ from torch import nn
 from hetplan.graph.split import SplitProgram, split_program, stage_state
 from hetplan.graph.tp_units import TpLayout
 from hetplan.planspec import Plan
+from hetplan.planspec.strategies import spec_of
 from hetplan.run import p2p
 from hetplan.run.executor import StageIO
 from hetplan.run.gradsync import BucketSync, Recorder, TieSync
 from hetplan.run.layout import RankRole, pipeline_ranks, stage_ranks, tp_ranks
 from hetplan.run.model import ModelSource, canonical_names
 from hetplan.run.precision import autocast
-from hetplan.run.program import device_actions, execution_schedule
 from hetplan.run.ps import hosted_params
 from hetplan.run.tensor_parallel import local, local_bytes, mesh_of, parallelize_stage
 from hetplan.run.window import WaveSync
+from hetplan.schedule.plan_schedule import device_actions, execution_schedule
 from hetplan.schedule.types import Action
 from hetplan.units import MiB
 
@@ -56,7 +57,7 @@ class Groups:
         # carries them whatever the training backend.
         self.control: Any = dist.new_group(list(range(world)), timeout=timeout, backend="gloo")
         self.ps: tuple[Any, Any] | None = None
-        if plan.strategy == "ps" and plan.ps_async:  # pushes up, weights down (server threads)
+        if spec_of(plan).executor(plan) == "ps-async":  # pushes up, weights down (server threads)
             up = dist.new_group(list(range(world)), timeout=timeout, backend="gloo")
             self.ps = (up, dist.new_group(list(range(world)), timeout=timeout, backend="gloo"))
         if len(plan.pipelines) > 1:

@@ -21,7 +21,7 @@ from hetplan.planspec import Plan
 from hetplan.run.data import make_feed
 from hetplan.run.model import ModelSource, canonical_names
 from hetplan.run.precision import LossScaler, autocast
-from hetplan.run.program import device_actions, execution_schedule
+from hetplan.schedule.plan_schedule import device_actions, execution_schedule
 
 Weights = dict[str, torch.Tensor]
 

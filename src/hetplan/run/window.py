@@ -4,8 +4,8 @@ These plans run their 1F1B order over a continuous stream of micro-batches: a st
 of iteration ``w + 1`` start before the last backward of ``w``, and an optimizer step (for WSP
 the step of wave ``w``, applied ``D + 1`` waves later at most) can fall between a micro-batch's
 forward and its backward. The rank runs a *window* of training steps as one schedule of
-:func:`hetplan.run.program.execution_schedule` (the one the simulator prices, with as many
-iterations); the pipeline drains only at the window's end (before a checkpoint, a trial's
+:func:`hetplan.schedule.plan_schedule.execution_schedule` (the one the simulator prices, with
+as many iterations); the pipeline drains only at the window's end (before a checkpoint, a trial's
 decision and at the end of the run). One call of :meth:`WindowExecutor.step` runs the rank's
 actions up to the last one of that step's iteration.
 

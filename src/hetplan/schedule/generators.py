@@ -23,8 +23,9 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 
+from hetplan.planspec.order import Order
 from hetplan.schedule.builder import ScheduleBuilder
-from hetplan.schedule.pipeline import Order, bwd_key, emit_replica
+from hetplan.schedule.pipeline import bwd_key, emit_replica
 from hetplan.schedule.types import Schedule, comm_res
 from hetplan.schedule.work import PipelineWork, PsWork, SyncBucket
 

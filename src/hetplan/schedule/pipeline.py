@@ -1,37 +1,19 @@
-"""Per-stage operation orders (GPipe, 1F1B) and the emission of one replica's actions.
+"""The emission of one replica's actions, in each stage's order (:mod:`hetplan.planspec.order`).
 
-Orders follow torch.distributed.pipelining's ``ScheduleGPipe`` (all forwards, then all
-backwards) and ``Schedule1F1B`` / Megatron's PipeDream-Flush (stage ``s`` of ``S`` runs
-``min(S - s - 1, n)`` warm-up forwards, then alternates one forward and one backward, then
-drains the remaining backwards; Narayanan et al. 2021, "Efficient Large-Scale Language Model
-Training on GPU Clusters", Sec. 2.2.1). Asynchronous PipeDream and WSP run the 1F1B order over a
-continuous stream of micro-batches that spans several iterations (no flush).
+Asynchronous PipeDream and WSP run the 1F1B order over a continuous stream of micro-batches that
+spans several iterations (no flush); :func:`insert_optimizer` places each iteration's optimizer
+step in it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
+from hetplan.planspec.order import Op, Order, stage_order
 from hetplan.schedule.builder import ScheduleBuilder
 from hetplan.schedule.types import compute_res, link_res
 from hetplan.schedule.work import CutWork, PipelineWork, StageWork
-
-Order = Literal["gpipe", "1f1b"]
-Op = tuple[str, int]  # ("F" | "B" | "O", micro-batch or iteration)
-
-
-def stage_order(order: Order, stage: int, num_stages: int, n: int) -> list[Op]:
-    """Forward/backward order of one stage over micro-batches ``0 .. n-1``."""
-    if order == "gpipe":
-        return [("F", j) for j in range(n)] + [("B", j) for j in range(n)]
-    warmup = min(num_stages - stage - 1, n)
-    ops: list[Op] = [("F", j) for j in range(warmup)]
-    for j in range(n - warmup):
-        ops.append(("F", j + warmup))
-        ops.append(("B", j))
-    ops.extend(("B", j) for j in range(n - warmup, n))
-    return ops
 
 
 def insert_optimizer(ops: list[Op], m: int, lag: int | None) -> list[Op]:

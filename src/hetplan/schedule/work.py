@@ -7,7 +7,10 @@ Tests build them by hand with known numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from hetplan.cost.comm_buckets import GradBucket
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,3 +82,46 @@ class PsWork:
     pull_s: float
     """Fresh parameters back from the shards, seconds."""
     nbytes: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PricedWork:
+    """A plan priced: everything the schedule generators need, plus what the report shows
+    (built by :func:`hetplan.predict.price.price`, or with unit times by the runtime)."""
+
+    pipes: list[PipelineWork]
+    buckets: list[list[SyncBucket]]
+    """Per stage: gradient buckets all-reduced across the replicas (empty: one replica)."""
+    ps: list[PsWork]
+    micro_batch: list[int]
+    """Per pipeline: samples per micro-batch."""
+    bucket_bytes: list[float]
+    """Per stage: DDP bucket memory (bytes per device) when buckets exist."""
+    sources: tuple[str, ...]
+    """Distinct cost sources of the layer costs used."""
+    tp_bytes: list[list[tuple[float, float]]] = field(default_factory=list)
+    """Per pipeline, per stage: (forward, backward) bytes of the TP all-reduces one TP rank
+    runs per micro-batch (``cost.tp.tp_traffic``; with recomputation the forward ones run
+    again in the backward); (0, 0) without tensor parallelism."""
+
+
+def split_backward(
+    bwd_layers: Sequence[float], buckets: Sequence[GradBucket]
+) -> tuple[tuple[float, ...], list[int]]:
+    """Backward parts in execution order and the part after which each bucket is ready.
+
+    Backward runs from the last layer down; bucket ``k`` is ready once layer ``last_layer``
+    (local index) is done, so part ``k`` covers the layers from the previous boundary down to
+    it. Layers below the last boundary (no parameters) form a trailing part.
+    """
+    parts: list[float] = []
+    index: list[int] = []
+    hi = len(bwd_layers)
+    for bucket in buckets:
+        lo = min(bucket.last_layer, hi)
+        parts.append(float(sum(bwd_layers[lo:hi])))
+        index.append(len(parts) - 1)
+        hi = lo
+    if hi > 0 or not parts:
+        parts.append(float(sum(bwd_layers[:hi])))
+    return tuple(parts), index
