@@ -3,7 +3,7 @@
 The estimate is a closed form over the partitioner's stage times (``plan.closed_form``: fill,
 steady state, drain and the optimizer steps, plus an allreduce term), cheap enough to screen
 every device subset; the search then refines the micro-batch count of the best and runs the
-event-driven simulator on the best few of each family. Estimates never decide the final
+list-scheduling simulator on the best few of each family. Estimates never decide the final
 ranking; ``tests/plan/test_screen_vs_simulator.py`` bounds how far they are from it.
 """
 

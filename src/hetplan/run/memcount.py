@@ -1,7 +1,7 @@
 """Live tensor bytes on CPU: a counter of tensor storages, for the measured peak of a step.
 
 On CUDA the measured peak memory of a step comes from the allocator
-(``torch.cuda.max_memory_allocated``, see :func:`hetplan.run.timing.peak_memory`). The CPU
+(``torch.cuda.max_memory_allocated``, see :func:`hetplan.run.memory.measure_step_memory`). The CPU
 allocator keeps no such statistics and the process's peak resident set size includes the
 Python runtime, the libraries and every buffer of the process, so it cannot be compared with
 a predicted figure. :class:`TensorBytesCounter` counts the bytes of live tensor *storages*

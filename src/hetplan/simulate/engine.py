@@ -1,4 +1,4 @@
-"""Event-driven execution of a :class:`~hetplan.schedule.Schedule`.
+"""A single-pass list scheduler: the times of a :class:`~hetplan.schedule.Schedule`.
 
 Semantics (exact, deterministic): an action starts at the latest of (a) the end of each of its
 dependencies and (b) the time each of its resources becomes free; it holds all its resources
