@@ -31,14 +31,21 @@ from hetplan.profile.types import Provenance
 from hetplan.run.measure import Measurement, RankFigures
 from hetplan.run.writeback_gate import rank_reason, run_reason, run_spread
 from hetplan.run.writeback_profile import merged_profile, now, run_batches, store
-from hetplan.run.writeback_types import Context, StageSample, WriteBack, Written
+from hetplan.run.writeback_types import StageSample, WriteBack, WriteBackContext, Written
 
-__all__ = ["Context", "StageSample", "WriteBack", "Written", "run_reason", "write_measured"]
+__all__ = [
+    "StageSample",
+    "WriteBack",
+    "WriteBackContext",
+    "Written",
+    "run_reason",
+    "write_measured",
+]
 
 Base = tuple[list[float], list[float], tuple[float, float] | None]
 
 
-def _base(ctx: Context, rank: RankFigures, mb: int, lo: int, hi: int) -> Base:
+def _base(ctx: WriteBackContext, rank: RankFigures, mb: int, lo: int, hi: int) -> Base:
     """Per-layer forward and backward costs the prediction used at full speed, and the loss
     where it priced the loss apart (a stored profile of the type at that size)."""
     dev = ctx.cluster.device(rank.device)
@@ -58,7 +65,7 @@ def _base(ctx: Context, rank: RankFigures, mb: int, lo: int, hi: int) -> Base:
     )
 
 
-def sample(ctx: Context, rank: RankFigures) -> StageSample | str:
+def sample(ctx: WriteBackContext, rank: RankFigures) -> StageSample | str:
     """The rank's stage spread over its layers, or why it cannot be."""
     plan, m = ctx.plan, ctx.plan.micro_batches
     pipe = plan.pipelines[rank.pipeline]
@@ -87,14 +94,14 @@ def sample(ctx: Context, rank: RankFigures) -> StageSample | str:
     )
 
 
-def _shared_devices(ctx: Context, kind: str) -> list[str]:
+def _shared_devices(ctx: WriteBackContext, kind: str) -> list[str]:
     from hetplan.predict.sharing import core_groups  # noqa: PLC0415
 
     ids = {d for members, _ in core_groups(ctx.cluster, ctx.plan.devices) for d in members}
     return sorted(d for d in ids if ctx.cluster.device(d).type.name == kind)
 
 
-def _samples(ctx: Context, m: Measurement, out: WriteBack) -> dict[str, list[StageSample]]:
+def _samples(ctx: WriteBackContext, m: Measurement, out: WriteBack) -> dict[str, list[StageSample]]:
     """The trusted ranks' samples by device type; reasons for the others go to ``out``."""
     by_type: dict[str, list[StageSample]] = {}
     for r in m.ranks:
@@ -108,7 +115,7 @@ def _samples(ctx: Context, m: Measurement, out: WriteBack) -> dict[str, list[Sta
     return by_type
 
 
-def write_back(ctx: Context, m: Measurement, directory: Path | None) -> WriteBack:
+def write_back(ctx: WriteBackContext, m: Measurement, directory: Path | None) -> WriteBack:
     """Merge every device type's measured micro-batch sizes into its written-back profile."""
     out = WriteBack()
     why = run_reason(m)
@@ -138,7 +145,7 @@ def context(
     cluster: Cluster,
     timeline: object | None,
     directory: Path | None,
-) -> Context:
+) -> WriteBackContext:
     """The graph, compute model and stored profiles the prediction of ``plan`` used, and the
     effective speeds of devices sharing cores (from its ``timeline``, a simulated one)."""
     from hetplan.graph import build_graph  # noqa: PLC0415 (torch)
@@ -149,7 +156,7 @@ def context(
     graph = build_graph(plan.model)
     groups = core_groups(cluster, plan.devices)
     speeds = shared_speeds(timeline, groups) if isinstance(timeline, Timeline) and groups else {}
-    return Context(
+    return WriteBackContext(
         plan=plan,
         cluster=cluster,
         graph=graph,

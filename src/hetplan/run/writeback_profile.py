@@ -4,8 +4,9 @@ Each run becomes one batch per micro-batch size it measured, with its provenance
 steps, spread); the profile keeps up to :data:`hetplan.profile.merge.KEPT_RUNS` runs per size
 in ``history`` and prices each size at their steps-weighted median. The file is separate
 from any profile measured on purpose (its key ends ``__written-back``), which it never edits.
-A CPU type's profile records the threads its ranks ran with (``Context.threads``); a run at
-another thread count starts it afresh, since figures at two counts are not one measurement.
+A CPU type's profile records the threads its ranks ran with (``WriteBackContext.threads``);
+a run at another thread count starts it afresh, since figures at two counts are not one
+measurement.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from hetplan.profile.provenance import WRITTEN_BACK, provenance_of
 from hetplan.profile.store import load_profile, profile_path, save_profile
 from hetplan.profile.types import BatchTiming, LayerTiming, Profile, Provenance
 from hetplan.run.measure import Measurement
-from hetplan.run.writeback_types import Context, StageSample
+from hetplan.run.writeback_types import StageSample, WriteBackContext
 
 SPREAD_NOTE = (
     "written back by hetplan train: measured stage times spread over the layers in proportion "
@@ -69,7 +70,7 @@ def batch_timing(
 
 
 def run_batches(
-    ctx: Context, kind: str, samples: Sequence[StageSample], provenance: Provenance
+    ctx: WriteBackContext, kind: str, samples: Sequence[StageSample], provenance: Provenance
 ) -> list[BatchTiming] | str:
     """This run's batch of ``kind`` at each size it measured, or why there is none."""
     names = [x.name for x in ctx.graph.layers]
@@ -97,7 +98,11 @@ def _history(old: Profile | None) -> list[BatchTiming]:
 
 
 def merged_profile(
-    ctx: Context, m: Measurement, kind: str, new: Sequence[BatchTiming], shared: Sequence[str]
+    ctx: WriteBackContext,
+    m: Measurement,
+    kind: str,
+    new: Sequence[BatchTiming],
+    shared: Sequence[str],
 ) -> Profile:
     """The written-back profile of ``kind``: the kept runs and ``new``, merged per size."""
     import torch  # noqa: PLC0415 (loaded by the run already; only its version is read)

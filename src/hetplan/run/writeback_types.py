@@ -63,7 +63,7 @@ def run_threads(cluster: Cluster, devices: Sequence[str], kind: str) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Context:
+class WriteBackContext:
     """What every rank's conversion needs: the graph, the store's profiles and speeds."""
 
     plan: Plan
