@@ -18,7 +18,7 @@ from hetplan.plan.context import Context
 from hetplan.plan.pricing import Pricing
 from hetplan.plan.slots import stage_costs
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.predict.memory import plan_memory
+from hetplan.predict.plan_memory import plan_memory
 from hetplan.predict.price import price
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"

@@ -16,7 +16,7 @@ from hetplan.graph import build_graph
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.pricing import Pricing
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.predict.memory import plan_memory
+from hetplan.predict.plan_memory import plan_memory
 from hetplan.predict.price import _stage_compute, stage_tp_comm
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"

@@ -2,7 +2,7 @@
 
 ``predict`` checks the plan against the model and the cluster, prices it
 (:mod:`hetplan.predict.price`), builds the strategy's schedule, simulates it, and adds memory
-(:mod:`hetplan.predict.memory`) and power (busy fraction from the timeline into
+(:mod:`hetplan.predict.plan_memory`) and power (busy fraction from the timeline into
 ``cost.power.utilization_power``). Devices pinned to the same CPU cores are re-priced with
 the speed the simulated overlap gives them (:mod:`hetplan.predict.sharing`). An infeasible
 plan is an answer (``feasible=False`` with the reasons), never an exception; bad input raises
@@ -23,7 +23,7 @@ from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
 from hetplan.planspec.plan import Plan
 from hetplan.predict.check import check_devices, stage_ranges
-from hetplan.predict.memory import infeasible_reasons, plan_memory
+from hetplan.predict.plan_memory import infeasible_reasons, plan_memory
 from hetplan.predict.price import price
 from hetplan.predict.sharing import SHARING_ROUNDS, core_groups, shared_speeds, with_speeds
 from hetplan.schedule.builder import paused_gc
