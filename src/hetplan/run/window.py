@@ -14,8 +14,9 @@ and backward on this stage are separated by an optimizer step runs its forward o
 the weights of that moment and its backward on the same copy; one copy is kept per weight
 version still in flight and freed after its last backward. Every micro-batch's gradients are
 added to the gradients of its own iteration, which the optimizer action of that iteration
-applies (after the wave's all-reduce across the replicas for WSP). A single-process reference
-that applies the same delayed updates is :func:`hetplan.run.reference_delayed.delayed_reference_run`.
+applies (after the wave's all-reduce across the replicas for WSP). A single-process
+reference that applies the same delayed updates is
+:func:`hetplan.run.reference_delayed.delayed_reference_run`.
 """
 
 from __future__ import annotations
