@@ -66,6 +66,7 @@ def plan_memory(
                     bucket_bytes=bucket_bytes[s] if sync else 0.0,
                     framework_bytes=framework_overhead_bytes(is_gpu(dev.type)),
                     received_bytes=float(graph.cut_bytes[lo - 1]) if lo > 0 else 0.0,
+                    input_bytes=float(graph.cut_bytes[lo - 1] if lo > 0 else graph.input_bytes),
                     tied_params=stage_tied_params(graph, ranges[p], s, plan.tp),
                 )
                 out[dev_id] = DeviceMemory(
