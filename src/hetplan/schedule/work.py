@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from hetplan.cost.comm_buckets import GradBucket
+if TYPE_CHECKING:  # the cost package loads numpy: light commands import this module
+    from hetplan.cost.comm_buckets import GradBucket
 
 
 @dataclass(frozen=True, kw_only=True)
