@@ -16,10 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from hetplan.cli.cmd_plan import SearchRequest, run_search
-from hetplan.cli.cmd_tune import candidates_of
 from hetplan.run.train import measure_plan
 from hetplan.run.tune import TuneSettings, tune
+from hetplan.usecases.plan import SearchRequest, search_plans
+from hetplan.usecases.tune import candidates_of
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = {
@@ -35,8 +35,9 @@ def one(name: str, cluster: Path, top: int, steps: int, batch: int) -> list[str]
     model, data = MODELS[name]
     dataset = "cifar10" if name == "resnet-tiny" else None
     req = SearchRequest(model=model, cluster=cluster, batch=batch, dataset=dataset)
-    ranking, clus, opts, _ = run_search(req, quiet=True)
-    cands = candidates_of(ranking, top)
+    found = search_plans(req)
+    clus, opts = found.cluster, found.options
+    cands = candidates_of(found.ranking, top)
     settings = TuneSettings(objective=opts.objective, steps=steps, data=data)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:

@@ -31,8 +31,9 @@ LAYERS: dict[str, int] = {
     "run": 8,
     "report": 8,
     "bench": 9,
-    "cli": 10,
-    "__main__": 11,
+    "usecases": 10,  # the commands' flows: typed inputs, typed results, nothing printed
+    "cli": 11,
+    "__main__": 12,
 }
 """A package may import its own modules and those of strictly lower layers."""
 
@@ -91,6 +92,19 @@ def test_predict_imports_neither_the_planner_nor_torch() -> None:
     loaded = _loaded("hetplan.predict")
     assert not _under(loaded, "hetplan.plan", "hetplan.run", "hetplan.cli", "torch")
     assert "hetplan.planspec" in loaded
+
+
+def test_planning_flows_import_no_torch() -> None:
+    # plan and predict read power fits from hetplan.profile.power_store, not from the runtime:
+    # only tracing the model (hetplan.graph, on first use) loads torch.
+    loaded = _loaded("hetplan.usecases.plan, hetplan.usecases.predict")
+    assert not _under(loaded, "torch", "hetplan.run", "hetplan.cli", "hetplan.graph.extract")
+    assert "hetplan.profile.power_store" in loaded
+
+
+def test_power_store_imports_no_torch() -> None:
+    loaded = _loaded("hetplan.profile.power_store")
+    assert not _under(loaded, "torch", "hetplan.run", "hetplan.planspec.torch_dtypes")
 
 
 def test_planspec_is_a_leaf() -> None:

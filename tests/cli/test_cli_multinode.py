@@ -125,7 +125,7 @@ def _single_command_losses(plan: Plan) -> list[float]:
     raw = run_plan(
         plan, source=ZooSource(name=MODEL), steps=3, warmup=1, training=Training(data=DATA)
     )
-    return [sum(r["loss"][i] for r in raw if r["loss"][i] is not None) for i in range(4)]
+    return [sum(r.loss[i] for r in raw if r.loss[i] is not None) for i in range(4)]
 
 
 def _close(a: object, b: list[float]) -> None:

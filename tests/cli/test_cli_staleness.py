@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from hetplan.cli.cmd_plan import without_asynchronous
 from hetplan.cli.main import main
 from hetplan.cluster import load_cluster
 from hetplan.cost.compute import AnalyticalCompute
@@ -18,6 +17,7 @@ from hetplan.graph import build_graph
 from hetplan.plan.objective import parse_objective
 from hetplan.plan.search import Ranked, SearchOptions, search
 from hetplan.planspec import ModelRef
+from hetplan.usecases.plan import without_asynchronous
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 LOCAL = str(CLUSTERS / "local-cpu.yaml")

@@ -54,7 +54,7 @@ def hetplan_fp16(
         plan, cluster=cluster, source=source, steps=steps, seed=SEED,
         training=Training(checkpoint_dir=ckpt, lr=LR),
     )  # fmt: skip
-    return Trained(losses=raw[0]["loss"], scales=[read_info(find_checkpoint(ckpt)).loss_scale])
+    return Trained(losses=raw[0].loss, scales=[read_info(find_checkpoint(ckpt)).loss_scale])
 
 
 def amp_fp16(source: ZooSource, batch: int, steps: int, device: str) -> Trained:

@@ -33,8 +33,8 @@ def test_gpu_then_cpu_pipeline_equals_the_reference() -> None:
                                 batch=8)],
     )  # fmt: skip
     raw = run_plan(plan, cluster=cluster, steps=3, seed=5)
-    got = [sum(r["loss"][i] for r in raw if r["loss"][i] is not None) for i in range(3)]
+    got = [sum(r.loss[i] for r in raw if r.loss[i] is not None) for i in range(3)]
     want, _ = reference_run(plan, source_for(ref), seed=5, steps=3)
     # fp32 on two devices: the GPU's kernels round differently from the CPU reference's
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-4, atol=1e-5)
-    assert [r["timing"] for r in raw] == ["cuda events", "host clock"]
+    assert [r.timing for r in raw] == ["cuda events", "host clock"]

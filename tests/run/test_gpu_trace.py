@@ -40,15 +40,15 @@ def _dp_plan(model: str, batch: int, dtype: str) -> Plan:
 def test_dp_on_one_gpu_spans_are_device_time_and_add_up() -> None:
     raw = run_plan(_dp_plan("gpt2", 8, "bf16"), cluster=_one_gpu(), steps=3, warmup=2)  # type: ignore[arg-type]
     (r,) = raw
-    assert r["timing"] == "cuda events"
-    assert "cuda" in r["memory_source"]
-    start, end = r["last_step_start"], r["last_step_end"]
-    spans: list[Span] = r["actions"]
+    assert r.timing == "cuda events"
+    assert "cuda" in r.memory_source
+    start, end = r.last_step_start, r.last_step_end
+    spans: list[Span] = r.actions
     compute = sorted((s for s in spans if s.kind in COMPUTE_KINDS), key=lambda s: s.start)
     assert [s.kind for s in compute] == ["fwd", "bwd", "optimizer"]
     assert all(start <= s.start <= s.end <= end for s in spans)
     assert all(a.end <= b.start + 1e-6 for a, b in itertools.pairwise(compute))
-    gaps = idle_gaps(spans, start, end, r["device"])
+    gaps = idle_gaps(spans, start, end, r.device)
     busy = sum(s.duration for s in compute)
     assert busy + sum(g.duration for g in gaps) == pytest.approx(end - start, rel=1e-6)
     assert sum(g.duration for g in gaps) < MAX_IDLE_FRACTION * (end - start), (busy, end - start)

@@ -4,15 +4,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from hetplan.cluster import load_cluster
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.profile.power_store import record_power_points
 from hetplan.run.energy_check import gpu_power_points, with_energy
+from hetplan.run.job import RankResult
 from hetplan.run.measure import summarize
-from hetplan.run.power_profile import record_power_points
 from hetplan.run.tune import idle_watts
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "local-cpu-hetero.yaml"
@@ -26,18 +26,18 @@ def _raw(
     energy: list[float],
     source: str | None,
     limit_w: float | None = None,
-) -> Any:
+) -> RankResult:
     """A rank's raw result; ``energy``: the meter's advance in each step (warm-up first),
     of which the timed window (steps 1..3, 1 s each plus 0.1 s between steps) is what the
     rank reports."""
     window = (sum(energy[1:]), 3.2, 3) if energy else None
-    return {
-        "rank": rank, "device": device, "device_kind": kind, "pipeline": rank, "stage": 0,
-        "step_s": [2.0, 1.0, 1.0, 1.0], "forward_s": [0.3] * 4, "backward_s": [0.4] * 4,
-        "optimizer_s": [0.1] * 4, "loss": [1.0, 0.9, 0.8, 0.7], "peak_memory_bytes": 1,
-        "memory_source": "tensor bytes", "actions": [], "energy_window": window,
-        "energy_source": source, "power_limit_w": limit_w,
-    }  # fmt: skip
+    return RankResult(
+        rank=rank, device=device, device_kind=kind, pipeline=rank, stage=0,
+        step_s=[2.0, 1.0, 1.0, 1.0], forward_s=[0.3] * 4, backward_s=[0.4] * 4,
+        optimizer_s=[0.1] * 4, loss=[1.0, 0.9, 0.8, 0.7], peak_memory_bytes=1,
+        memory_source="tensor bytes", actions=[], energy_window=window,
+        energy_source=source, power_limit_w=limit_w,
+    )  # fmt: skip
 
 
 def _plan(devices: list[str]) -> Plan:
@@ -166,17 +166,17 @@ def test_without_a_measured_rest_power_half_the_catalog_idle_is_the_floor() -> N
 
 
 def test_a_rejected_reading_reaches_the_report_and_not_the_fit(tmp_path: Path) -> None:
-    from hetplan.cli.cmd_run import _record_power
     from hetplan.cli.output import console
     from hetplan.cli.train_view import print_report, report_json
-    from hetplan.run.power_profile import load_points
+    from hetplan.profile.power_store import load_points
+    from hetplan.usecases.train import record_power
 
     cluster = load_cluster(GPUS)
     a = cluster.devices[0].id
     m = summarize(_plan([a]), [_raw(0, a, "cuda:0", [0.0, 800.0, 800.0, 800.0], "nvml", 700.0)],
                   warmup=1)  # fmt: skip
     m = with_energy(m, cluster, tmp_path)
-    assert _record_power(m, cluster, tmp_path) == []
+    assert record_power(m, cluster, tmp_path) == []
     assert load_points(cluster.device(a).type.name, tmp_path) == []
     data = report_json(m, tmp_path / "m.json", None, 0.0)
     assert data["energy_invalid"] == m.energy_invalid and "750 W" in m.energy_invalid
@@ -200,7 +200,7 @@ def test_a_type_s_limit_is_its_own_ranks_nvml_limit_else_the_catalog_s() -> None
 
 
 def test_a_stored_fit_does_not_lower_the_catalog_limit(tmp_path: Path) -> None:
-    from hetplan.run.power_profile import with_power_fits
+    from hetplan.profile.power_store import with_power_fits
 
     record_power_points("A100-40GB", [(0.0, 60.0), (1.0, 300.0)], tmp_path)
     cluster, used = with_power_fits(load_cluster(GPUS), tmp_path)

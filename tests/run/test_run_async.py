@@ -12,6 +12,7 @@ import torch
 from test_run_fidelity import _source, make_plan
 
 from hetplan.planspec import Plan
+from hetplan.run.job import RankResult
 from hetplan.run.reference import reference_run
 from hetplan.run.reference_delayed import delayed_reference_run, stage_versions
 from hetplan.run.train import run_plan
@@ -19,11 +20,8 @@ from hetplan.run.train import run_plan
 STEPS = 4
 
 
-def _losses(raw: list[dict[str, object]], steps: int) -> list[float]:
-    return [
-        sum(float(r["loss"][i]) for r in raw if r["loss"][i] is not None)  # type: ignore[index]
-        for i in range(steps)
-    ]
+def _losses(raw: list[RankResult], steps: int) -> list[float]:
+    return [sum(float(x) for r in raw if (x := r.loss[i]) is not None) for i in range(steps)]
 
 
 def check_delayed(plan: Plan, name: str, steps: int = STEPS) -> list[float]:

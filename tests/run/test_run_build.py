@@ -28,8 +28,8 @@ def test_pipeline_ranks_hold_only_their_stage() -> None:
     whole = _bytes(meta, [n for n, _ in meta.named_parameters()])
     assert layer_names(ZooSource(name="gpt-tiny"))[0] == "embed"
     for r in raw:
-        names = stage_state(meta, split.stages[r["stage"]].state_names)
-        assert r["held_state_bytes"] == _bytes(meta, names), f"rank {r['rank']}"
-        assert r["held_state_bytes"] < whole
+        names = stage_state(meta, split.stages[r.stage].state_names)
+        assert r.held_state_bytes == _bytes(meta, names), f"rank {r.rank}"
+        assert r.held_state_bytes < whole
     # the tied embedding is held by the first and the last stage, nothing else twice
-    assert sum(r["held_state_bytes"] for r in raw) == whole + 1000 * 128 * 4
+    assert sum(r.held_state_bytes for r in raw) == whole + 1000 * 128 * 4

@@ -14,6 +14,7 @@ import torch
 
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.checkpoint import FAULT_ENV, LATEST, find_checkpoint, read_info, step_dir
+from hetplan.run.job import RankResult
 from hetplan.run.launch import RunError
 from hetplan.run.model import ZooSource, layer_names
 from hetplan.run.reference import reference_run
@@ -49,9 +50,9 @@ PLAN_A = make_plan([2, 3], [32], "gpipe")  # two stages, one pipeline
 PLAN_B = make_plan([5], [20, 12], "dp")  # one stage, two replicas, uneven split
 
 
-def losses(raw: list[dict]) -> list[float]:  # type: ignore[type-arg]
-    steps = len(raw[0]["loss"])
-    return [sum(r["loss"][i] for r in raw if r["loss"][i] is not None) for i in range(steps)]
+def losses(raw: list[RankResult]) -> list[float]:
+    steps = len(raw[0].loss)
+    return [sum(r.loss[i] for r in raw if r.loss[i] is not None) for i in range(steps)]
 
 
 def close(a: list[float], b: list[float]) -> None:
@@ -78,7 +79,7 @@ def test_resume_same_plan_equals_an_uninterrupted_run(tmp_path: Path) -> None:
     assert sorted(p.name for p in ckpt.iterdir()) == [LATEST, "step-00000002", "step-00000003"]
     assert find_checkpoint(ckpt) == step_dir(ckpt, 3)
     rest = run_plan(PLAN_A, source=SOURCE, steps=3, training=Training(data=DATA, resume=ckpt))
-    assert rest[0]["first_step"] == 3
+    assert rest[0].first_step == 3
     close(losses(first) + losses(rest), whole)
 
 

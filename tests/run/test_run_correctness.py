@@ -7,12 +7,11 @@ data-parallel allreduce), equal to the reference's.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from run_entries import TiedSource
 
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.run.job import RankResult
 from hetplan.run.model import MLPSource, ModelSource
 from hetplan.run.reference import reference_step
 from hetplan.run.train import run_plan
@@ -26,15 +25,15 @@ def _stage(layers: list[str], device: str) -> StagePlan:
     return StagePlan(layers=layers, devices=[device])
 
 
-def _check(plan: Plan, source: ModelSource = SOURCE) -> list[dict[str, Any]]:
+def _check(plan: Plan, source: ModelSource = SOURCE) -> list[RankResult]:
     raw = run_plan(plan, source=source, steps=1, seed=3, return_grads=True)
     loss, grads = reference_step(plan, source, seed=3)
-    got = sum(r["loss"][0] for r in raw if r["loss"][0] is not None)
+    got = sum(r.loss[0] for r in raw if r.loss[0] is not None)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(loss))
     seen: set[str] = set()
     for r in raw:
-        for name, g in r["grads"].items():
-            torch.testing.assert_close(g, grads[name], msg=f"rank {r['rank']} {name}")
+        for name, g in r.grads.items():
+            torch.testing.assert_close(g, grads[name], msg=f"rank {r.rank} {name}")
             seen.add(name)
     assert seen == set(grads)
     return raw
@@ -51,7 +50,7 @@ def test_dp_uneven_batches() -> None:
         ],
     )
     raw = _check(plan)
-    assert all(len(r["grads"]) == 6 for r in raw)  # 3 linear layers x (weight, bias)
+    assert all(len(r.grads) == 6 for r in raw)  # 3 linear layers x (weight, bias)
 
 
 def test_dp_gradient_accumulation() -> None:
@@ -81,7 +80,7 @@ def test_gpipe_uneven_stages() -> None:
         ],
     )
     raw = _check(plan)
-    assert sorted(raw[0]["grads"]) == ["fc0.bias", "fc0.weight"]
+    assert sorted(raw[0].grads) == ["fc0.bias", "fc0.weight"]
 
 
 def test_1f1b_three_stages() -> None:
@@ -115,7 +114,7 @@ def test_hybrid_two_pipelines_of_two_stages() -> None:
     )
     raw = _check(plan)
     # Both replicas of stage 0 hold the summed gradient (checked against the reference above).
-    assert [(r["pipeline"], r["stage"]) for r in raw] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [(r.pipeline, r.stage) for r in raw] == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 
 def test_weights_tied_across_stages_get_both_gradients() -> None:
@@ -131,4 +130,4 @@ def test_weights_tied_across_stages_get_both_gradients() -> None:
     raw = _check(plan, TiedSource(widths=(5, 5)))
     # The reference names the tied tensor once ("inp.weight"); both stages hold its full
     # gradient (sum of both uses), so their copies stay equal after the update.
-    assert "inp.weight" in raw[0]["grads"] and "inp.weight" in raw[1]["grads"]
+    assert "inp.weight" in raw[0].grads and "inp.weight" in raw[1].grads

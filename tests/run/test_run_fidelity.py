@@ -55,13 +55,13 @@ def check_same_training(plan: Plan, name: str) -> None:
     source = _source(name)
     raw = run_plan(plan, source=source, steps=STEPS, seed=5, return_grads=True)
     losses, grads = reference_run(plan, source, seed=5, steps=STEPS)
-    got = [sum(r["loss"][i] for r in raw if r["loss"][i] is not None) for i in range(STEPS)]
+    got = [sum(r.loss[i] for r in raw if r.loss[i] is not None) for i in range(STEPS)]
     torch.testing.assert_close(torch.tensor(got), torch.tensor(losses), rtol=1e-5, atol=1e-6)
     seen: set[str] = set()
     for r in raw:
-        for key, g in r["grads"].items():
+        for key, g in r.grads.items():
             torch.testing.assert_close(
-                g, grads[key], rtol=1e-4, atol=1e-6, msg=f"rank {r['rank']} {key}"
+                g, grads[key], rtol=1e-4, atol=1e-6, msg=f"rank {r.rank} {key}"
             )
             seen.add(key)
     assert seen == set(grads)

@@ -74,10 +74,10 @@ def test_executed_order_equals_simulated_order(strategy: str, pipelines: int, m:
     per_device = prediction.timeline.schedule.per_device()
     raw = run_plan(plan, cluster=cluster, steps=1)
     for r in raw:
-        dev = r["device"]
+        dev = r.device
         want = _simulated([a for _, a in per_device[dev]], dev)
-        got = _executed(r["actions"])
-        assert got == want, f"rank {r['rank']} ({dev})"
+        got = _executed(r.actions)
+        assert got == want, f"rank {r.rank} ({dev})"
         if pipelines > 1:
             assert len(want["allreduce"]) > 1  # the buckets really are several
 
@@ -89,18 +89,16 @@ def test_spans_add_up_to_the_step() -> None:
     plan = _plan("1f1b", [layers[:2], layers[2:4], layers[4:]], 1, 8, 4)
     raw = run_plan(plan, cluster=load_cluster(CLUSTER), steps=2)
     for r in raw:
-        start, end = r["last_step_start"], r["last_step_end"]
-        spans: list[Span] = r["actions"]
-        assert r["timing"] == "host clock"
-        assert r["step_s"][-1] == pytest.approx(end - start)
-        assert all(start <= s.start <= s.end <= end for s in spans), f"rank {r['rank']}"
+        start, end = r.last_step_start, r.last_step_end
+        spans: list[Span] = r.actions
+        assert r.timing == "host clock"
+        assert r.step_s[-1] == pytest.approx(end - start)
+        assert all(start <= s.start <= s.end <= end for s in spans), f"rank {r.rank}"
         compute = sorted((s for s in spans if s.kind in COMPUTE), key=lambda s: s.start)
         assert {s.kind for s in compute} == {"fwd", "bwd", "optimizer"}
         assert all(a.end <= b.start for a, b in itertools.pairwise(compute))
-        gaps = idle_gaps(spans, start, end, r["device"])
+        gaps = idle_gaps(spans, start, end, r.device)
         total = sum(s.duration for s in compute) + sum(g.duration for g in gaps)
         assert total == pytest.approx(end - start, rel=1e-9, abs=1e-9)
         assert busy(spans) == pytest.approx(sum(s.duration for s in compute))
-        assert r["forward_s"][-1] == pytest.approx(
-            sum(s.duration for s in compute if s.kind == "fwd")
-        )
+        assert r.forward_s[-1] == pytest.approx(sum(s.duration for s in compute if s.kind == "fwd"))

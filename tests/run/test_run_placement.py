@@ -11,11 +11,12 @@ import torch
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.run.job import TrainJob
 from hetplan.run.launch import launch_local
 from hetplan.run.model import ZooSource, layer_names
 from hetplan.run.placement import check_local_devices, job_backend, rank_devices
 from hetplan.run.reference import reference_run
-from hetplan.run.train import ENTRY, Training, _payload
+from hetplan.run.worker import train_rank
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 TIED = ZooSource(name=f"{Path(__file__).with_name('fidelity_models.py')}:tied_lm")
@@ -60,9 +61,9 @@ def test_staging_through_host_memory_trains_the_same_network() -> None:
     """Activations, their gradients and a weight tied across the two stages all cross as CPU
     copies, as a GPU rank's would under gloo."""
     plan = _plan(["d0", "d1"], layer_names(TIED), TIED.name)
-    payload = _payload(plan, TIED, 2, 0, 3, Training(), None) | {"p2p_via_host": True}
-    raw = launch_local(ENTRY, 2, payload=payload)
-    got = [sum(r["loss"][i] for r in raw if r["loss"][i] is not None) for i in range(2)]
+    job = TrainJob(plan=plan, source=TIED, steps=2, seed=3, p2p_via_host=True)
+    raw = launch_local(train_rank, 2, payload=job)
+    got = [sum(r.loss[i] for r in raw if r.loss[i] is not None) for i in range(2)]
     ref, _ = reference_run(plan, TIED, seed=3, steps=2)
     torch.testing.assert_close(torch.tensor(got), torch.tensor(ref), rtol=1e-5, atol=1e-6)
 

@@ -88,14 +88,14 @@ def test_async_ps_replays_in_one_process(staleness: int, optimizer: str, separat
     )  # type: ignore[arg-type]
     steps = 5
     raw = run_plan(plan, source=_source("skip"), steps=steps, seed=2)
-    workers = [r for r in raw if r["stage"] >= 0]  # a server-only rank has no stage
-    pulled = [r["ps_pulled"] for r in workers]
-    applied = {r["rank"]: r["ps_applied"] for r in raw if r["ps_applied"]}
+    workers = [r for r in raw if r.stage >= 0]  # a server-only rank has no stage
+    pulled = [r.ps_pulled for r in workers]
+    applied = {r.rank: r.ps_applied for r in raw if r.ps_applied}
     assert sorted(applied) == ([0, 3] if separate else [0, 2])  # s9 is rank 3 after 3 workers
     for log in applied.values():  # every push applied exactly once at each host
         assert sorted(log) == [(w, c) for w in range(3) for c in range(steps)]
     want = replay_async_ps(plan, _source("skip"), pulled, applied, seed=2)
-    got = [r["loss"] for r in workers]
+    got = [r.loss for r in workers]
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want), rtol=1e-5, atol=1e-6)
     if staleness:
         for w, per_step in enumerate(pulled):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.planspec.trace import Span
+from hetplan.run.job import RankResult
 from hetplan.run.measure import summarize
 
 
@@ -14,14 +15,14 @@ def test_summarize_aligns_spans_on_the_earliest_rank_start() -> None:
                    for d in ("x", "y")],
     )  # fmt: skip
     raw = [
-        {
-            "rank": r, "device": d, "pipeline": r, "stage": 0, "step_s": [1.0],
-            "forward_s": [0.1], "backward_s": [0.2], "optimizer_s": [0.0], "loss": [0.5],
-            "peak_memory_bytes": 1, "memory_source": "peak RSS",
-            "last_step_start": 100.0 + r, "last_step_end": 101.0 + r, "timing": "host clock",
-            "actions": [Span(device=d, kind="fwd", stage=0, microbatch=0, start=100.5 + r,
-                             end=100.75 + r)],
-        }
+        RankResult(
+            rank=r, device=d, pipeline=r, stage=0, step_s=[1.0],
+            forward_s=[0.1], backward_s=[0.2], optimizer_s=[0.0], loss=[0.5],
+            peak_memory_bytes=1, memory_source="peak RSS",
+            last_step_start=100.0 + r, last_step_end=101.0 + r, timing="host clock",
+            actions=[Span(device=d, kind="fwd", stage=0, microbatch=0, start=100.5 + r,
+                          end=100.75 + r)],
+        )
         for r, d in enumerate(("x", "y"))
     ]  # fmt: skip
     m = summarize(plan, raw, warmup=0)

@@ -51,5 +51,5 @@ def test_checkpoints_cross_between_tensor_parallel_and_plain_plans(tmp_path: Pat
         run_plan(first, source=source, steps=2, seed=4, training=Training(checkpoint_dir=ckpt))
         got = run_plan(then, source=source, steps=2, seed=4, training=Training(resume=ckpt))
         ref, _ = reference_run(then, source, seed=4, steps=2, resume=step_dir(ckpt, 2))
-        losses = [sum(r["loss"][i] for r in got if r["loss"][i] is not None) for i in range(2)]
+        losses = [sum(r.loss[i] for r in got if r.loss[i] is not None) for i in range(2)]
         torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref), rtol=1e-5, atol=1e-6)

@@ -17,6 +17,7 @@ from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run._agent import describe_failure
 from hetplan.run._rank import is_peer_loss
 from hetplan.run.commands import node_commands, node_run
+from hetplan.run.job import RankResult
 from hetplan.run.launch import failure_error
 from hetplan.run.layout import (
     check_executable,
@@ -204,15 +205,15 @@ def test_a_failed_rank_names_its_node_and_a_silent_peer_names_itself() -> None:
 def test_summary_medians_and_error() -> None:
     plan = _hybrid()
     raw = [
-        {
-            "rank": r, "device": f"d{r}", "pipeline": r // 2, "stage": r % 2,
-            "step_s": [9.0, 1.0 + r, 2.0 + r, 3.0 + r],
-            "forward_s": [0.0, 0.25, 0.25, 0.25],
-            "backward_s": [0.0, 0.5, 0.5, 0.5],
-            "optimizer_s": [0.0, 0.125, 0.125, 0.125],
-            "loss": [0.5, 0.25, 0.25, 0.25] if r % 2 else [None] * 4,
-            "peak_memory_bytes": 100, "memory_source": "peak RSS",
-        }
+        RankResult(
+            rank=r, device=f"d{r}", pipeline=r // 2, stage=r % 2,
+            step_s=[9.0, 1.0 + r, 2.0 + r, 3.0 + r],
+            forward_s=[0.0, 0.25, 0.25, 0.25],
+            backward_s=[0.0, 0.5, 0.5, 0.5],
+            optimizer_s=[0.0, 0.125, 0.125, 0.125],
+            loss=[0.5, 0.25, 0.25, 0.25] if r % 2 else [None] * 4,
+            peak_memory_bytes=100, memory_source="peak RSS",
+        )
         for r in range(4)
     ]  # fmt: skip
     m = summarize(plan, raw, warmup=1)

@@ -14,6 +14,7 @@ from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
 from hetplan.profile.measured import MeasuredCompute
 from hetplan.profile.store import load_profiles
+from hetplan.run.job import RankResult
 from hetplan.run.measure import RankFigures, summarize
 from hetplan.run.writeback import WriteBack, Written, run_reason, write_measured
 from hetplan.run.writeback_gate import rank_reason
@@ -162,9 +163,9 @@ def test_the_gate_judges_each_rank_compute_where_the_run_kept_it() -> None:
     # Per step: forward 1.0..1.10 s (11 steps after 1 warm-up), backward 0: p90/p10 = 1.09/1.01.
     fwd = [5.0] + [1.0 + i / 100 for i in range(11)]
     raw = [
-        {"rank": r, "device": d, "pipeline": 0, "stage": r, "step_s": [3.0] * 12,
-         "forward_s": fwd, "backward_s": [0.0] * 12, "optimizer_s": [0.0] * 12,
-         "loss": [1.0] * 12, "peak_memory_bytes": 1, "memory_source": "tensor bytes"}
+        RankResult(rank=r, device=d, pipeline=0, stage=r, step_s=[3.0] * 12,
+                   forward_s=fwd, backward_s=[0.0] * 12, optimizer_s=[0.0] * 12,
+                   loss=[1.0] * 12, peak_memory_bytes=1, memory_source="tensor bytes")
         for r, d in enumerate(plan.devices)
     ]  # fmt: skip
     m = summarize(plan, raw, warmup=1)

@@ -9,21 +9,14 @@ import typer
 
 from hetplan.cli.help_text import DTYPE_HELP
 from hetplan.cli.output import console, print_json
-from hetplan.cli.page import write_prediction_page
 from hetplan.cli.paths import OtherClusterOpt, check_output
 from hetplan.cli.predict_view import print_prediction
-from hetplan.cli.status import working
-from hetplan.cluster import load_cluster
-from hetplan.cluster.spec import Cluster
+from hetplan.cli.status import Terminal
 from hetplan.errors import InputError
 from hetplan.plan.options import check_batch
-from hetplan.plan.stamp import check_cluster, stamped
-from hetplan.planspec import ModelRef, Plan
-from hetplan.schedule import format_grid
-from hetplan.serde import load_file, to_data, write_json_atomic
 
-# The tracer, predictor and profiles (torch) load inside the command: `hetplan --help` stays
-# quick.
+# The flow (tracer, predictor, profiles: numpy and torch) and the schedule grid (numpy) load
+# inside the command: `hetplan --help` stays quick.
 # ruff: noqa: PLC0415
 
 
@@ -92,11 +85,9 @@ def predict_cmd(
     other_cluster: OtherClusterOpt = False,
 ) -> None:
     """Predict iteration/epoch time, throughput, memory, power, energy and EDP of one plan."""
-    from hetplan.graph import build_graph
-    from hetplan.predict import DATASET_SIZES, plan_from_options, predict
     from hetplan.predict.build import parse_dtype
-    from hetplan.profile.select import compute_model
-    from hetplan.run.power_profile import with_power_fits
+    from hetplan.schedule import format_grid
+    from hetplan.usecases.predict import PlanOptions, PredictRequest, predict_plan
 
     precision = parse_dtype(dtype) if dtype is not None else "fp32"
     if plan_file is not None:
@@ -122,50 +113,20 @@ def predict_cmd(
             }
         )
     _check_outputs(out, html, batch)
-    clus = load_cluster(cluster)
-    if not analytical:
-        clus, _ = with_power_fits(clus, profiles)
-    plan: Plan | None = None
-    if plan_file is not None:
-        plan = _plan_file(plan_file, model, clus, other_cluster)
-        ref = plan.model
-    elif model is None or strategy is None:
-        raise InputError("give --plan FILE, or --model and --strategy to build a plan")
-    else:
-        ref = ModelRef(name=model, dataset=dataset, dtype=precision)
-    with working(f"tracing {ref.name}", quiet=as_json):
-        graph = build_graph(ref)
-    compute = compute_model(ref.dtype, directory=profiles, measured=not analytical)
-    if plan is None:
-        assert strategy is not None and model is not None
-        plan = plan_from_options(
-            graph,
-            clus,
-            model=ref,
-            strategy=strategy,
-            batch=batch,
-            dp=dp,
-            pp=pp,
-            tp=tp,
-            micro_batches=microbatches,
-            micro_batch_size=microbatch_size,
-            partition=_ints(partition, "--partition"),
-            devices=_names(devices),
-            optimizer=optimizer,
-            compute=compute,
-            sync=sync,
-            staleness=staleness,
-            ps_devices=_names(ps_devices),
-            ps_async=ps_async,
-            recompute=recompute,
-        )
-    size = dataset_size if dataset_size is not None else DATASET_SIZES.get(ref.dataset or "")
-    with working("simulating the plan", quiet=as_json):
-        pred = predict(plan, graph, clus, compute, dataset_size=size)
-    if out is not None:
-        write_json_atomic(out, to_data(stamped(plan, clus)))
-    if html is not None:
-        write_prediction_page(html, pred, title=f"{ref.name}: {pred.strategy} on {clus.name}")
+    build = None
+    if strategy is not None:
+        build = PlanOptions(
+            strategy=strategy, batch=batch, dp=dp, pp=pp, tp=tp, micro_batches=microbatches,
+            micro_batch_size=microbatch_size, partition=_ints(partition, "--partition"),
+            devices=_names(devices), optimizer=optimizer, sync=sync, staleness=staleness,
+            ps_devices=_names(ps_devices), ps_async=ps_async, recompute=recompute,
+        )  # fmt: skip
+    req = PredictRequest(
+        cluster=cluster, model=model, plan_file=plan_file, build=build, dataset=dataset,
+        dtype=precision, dataset_size=dataset_size, profiles=profiles, analytical=analytical,
+        other_cluster=other_cluster, out=out, html=html,
+    )  # fmt: skip
+    pred = predict_plan(req, Terminal(quiet=as_json)).prediction
     if as_json:
         print_json(pred.to_json())
         return
@@ -184,16 +145,6 @@ def _check_outputs(out: Path | None, html: Path | None, batch: int | None) -> No
             check_output(path, option)
     if batch is not None:
         check_batch(batch)
-
-
-def _plan_file(path: Path, model: str | None, clus: Cluster, other_cluster: bool) -> Plan:
-    """The plan of ``--plan``, checked against ``--model`` and the cluster."""
-    plan = load_file(Plan, path)
-    if not other_cluster:
-        check_cluster(plan, clus, where=str(path), option="--other-cluster")
-    if model is not None and model != plan.model.name:
-        raise InputError(f"--model {model!r} differs from the plan's model {plan.model.name!r}")
-    return plan
 
 
 def register(app: typer.Typer) -> None:

@@ -357,7 +357,8 @@ def profile_power(
     """Measure a device's power at rest and under load with its energy counter (NVML on NVIDIA
     GPUs, RAPL on CPUs where readable) and fit the power model's idle and max watts, stored
     with the profiles (used by plan, predict, train and tune unless --analytical)."""
-    from hetplan.run.power_profile import measure_power_points, record_power_points
+    from hetplan.profile.power_store import record_power_points
+    from hetplan.run.power_profile import measure_power_points
 
     if out is not None:
         check_output_dir(out, "--out")

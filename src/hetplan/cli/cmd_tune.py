@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from hetplan.cli.cmd_plan import (
+from hetplan.cli.output import console, print_json
+from hetplan.cli.paths import check_output
+from hetplan.cli.search_options import (
     AnalyticalOpt,
     BatchOpt,
     BudgetOpt,
@@ -26,48 +24,19 @@ from hetplan.cli.cmd_plan import (
     OptimizerOpt,
     PowerOpt,
     ProfilesOpt,
-    SearchRequest,
     SizeOpt,
     SyncOnlyOpt,
-    run_search,
 )
-from hetplan.cli.output import console, print_json
-from hetplan.cli.paths import check_output
-from hetplan.cli.progress_view import ProgressLine
+from hetplan.cli.status import Terminal
 from hetplan.errors import InputError
 from hetplan.run.trial import DEFAULT_REL_HALFWIDTH
-from hetplan.serde import to_data, write_json_atomic
 from hetplan.units import fmt_seconds
 
-# The runtime (torch) loads inside the functions that use it: `hetplan --help` stays quick.
+# The flow (search, runtime: numpy and torch) loads inside the command: `hetplan --help` stays
+# quick.
 # ruff: noqa: PLC0415
 if TYPE_CHECKING:
-    from hetplan.plan.search import Ranking
-    from hetplan.run.tune import Candidate, Trial, TuneResult, TuneSettings
-
-
-def candidates_of(ranking: Ranking, top: int) -> list[Candidate]:
-    """The ``top`` best distinct plans of a ranking, best predicted first."""
-    from hetplan.run.tune import Candidate
-
-    out: list[Candidate] = []
-    seen: set[str] = set()
-    for r in ranking.ranked:
-        key = str(to_data(r.candidate.plan))
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(
-            Candidate(
-                label=r.candidate.label,
-                plan=r.candidate.plan,
-                predicted_s=r.prediction.iteration_time_s,
-                predicted_energy_j=r.prediction.energy_j_per_iteration,
-            )
-        )
-        if len(out) == top:
-            break
-    return out
+    from hetplan.run.tune import Trial, TuneResult
 
 
 def _energy(t: Trial, predicted: bool) -> str:
@@ -112,45 +81,6 @@ def _print(result: TuneResult, objective: str, state: Path) -> None:
     console.print(f"total steps {result.total_steps}; checkpoints under {state}")
 
 
-def _json(result: TuneResult, state: Path, out: Path) -> dict[str, Any]:
-    def trial(t: Trial) -> dict[str, Any]:
-        m = t.measurement
-        return {
-            "label": t.candidate.label,
-            "plan": to_data(t.candidate.plan),
-            "steps": t.steps,
-            "stopped": m.stopped,
-            "predicted_iteration_s": t.candidate.predicted_s,
-            "measured_iteration_s": m.measured_iteration_s,
-            "predicted_energy_j_per_iteration": t.predicted.energy_j,
-            "measured_energy_j_per_iteration": t.metrics.energy_j,
-            "energy_source": m.energy_source,
-            "idle_w_of_unused_devices": t.idle_w,
-            "score": t.score,
-            "violations": t.violations,
-            "losses": m.loss,
-        }
-
-    final = result.final
-    return {
-        "trials": [trial(t) for t in result.trials],
-        "chosen": result.chosen,
-        "predicted_best": result.predicted_best,
-        "total_steps": result.total_steps,
-        "final": None
-        if final is None
-        else {
-            "steps": final.warmup + final.steps,
-            "measured_iteration_s": final.measured_iteration_s,
-            "losses": final.loss,
-            "checkpoint": final.checkpoint,
-        },
-        "checkpoints": str(state),
-        "file": str(out),
-        "notes": result.notes,
-    }
-
-
 def tune_cmd(
     model: ModelOpt,
     cluster: ClusterOpt,
@@ -192,9 +122,8 @@ def tune_cmd(
 ) -> None:
     """Plan the top candidates for the objective, run each for a few trial steps for real,
     pick the best measured, and train the remaining steps with it from the trials' state."""
-    from hetplan.run.measure import save_measurement
-    from hetplan.run.train import Training, check_training
-    from hetplan.run.tune import TuneSettings
+    from hetplan.usecases.plan import SearchRequest
+    from hetplan.usecases.tune import TuneOptions, tune_plans
 
     if top < 1:
         raise InputError(f"--top must be >= 1 (got {top})")
@@ -207,54 +136,18 @@ def tune_cmd(
         max_devices=max_devices, deadline=deadline, budget=budget, profiles=profiles,
         analytical=analytical, sync_only=sync_only,
     )  # fmt: skip
-    ranking, clus, opts, _ = run_search(req, as_json)
-    cands = candidates_of(ranking, top)
-    iterations = 1.0 if opts.dataset_size is None else opts.dataset_size / opts.batch
-    settings = TuneSettings(
-        objective=opts.objective, limits=opts.limits, steps=steps, warmup=warmup,
-        trial_steps=trial_steps, rel_halfwidth=precision, seed=seed, data=data, resume=resume,
-        timeout_s=timeout, iterations=iterations, log_dir=None, lr=lr,
+    opts = TuneOptions(
+        out=out, steps=steps, top=top, trial_steps=trial_steps, warmup=warmup,
+        precision=precision, data=data, checkpoint=checkpoint, resume=resume, seed=seed, lr=lr,
+        timeout=timeout,
     )  # fmt: skip
-    check_training(
-        cands[0].plan, Training(data=data, resume=resume, checkpoint_dir=checkpoint, lr=lr)
-    )
-    with tempfile.TemporaryDirectory(prefix="hetplan-tune-") as tmp:
-        state = checkpoint if checkpoint is not None else Path(tmp) / "state"
-        settings = dataclasses.replace(settings, log_dir=Path(tmp) / "steps")
-        result = _run(cands, clus, settings, state, quiet=as_json)
-        if result.final is not None:
-            save_measurement(result.final, out.with_suffix(".final.json"))
-        report = _json(result, state, out)
-        write_json_atomic(out, report)
-        if as_json:
-            print_json(report)
-        else:
-            _print(result, opts.objective.name, state)
-            if checkpoint is None:
-                console.print("(no --checkpoint: the trained state was not kept)")
-
-
-def _run(
-    cands: list[Candidate], clus: Any, settings: TuneSettings, state: Path, quiet: bool
-) -> TuneResult:
-    """``tune`` with one progress line per run (trials, then the final training)."""
-    from hetplan.run.tune import tune
-
-    assert settings.log_dir is not None
-    logs = settings.log_dir
-    with contextlib.ExitStack() as stack:
-
-        def on_trial(i: int, cand: Candidate, steps: int) -> Callable[[], None] | None:
-            stack.close()  # the previous run's line
-            what = f"trial {i + 1}/{len(cands)}" if i < len(cands) else "training"
-            line = ProgressLine(
-                logs / str(i), len(cand.plan.devices), steps, enabled=not quiet,
-                label=f"{what}: {cand.label}",
-            )  # fmt: skip
-            stack.enter_context(line)
-            return line.poll
-
-        return tune(cands, clus, settings, state, on_trial=on_trial)
+    tuned = tune_plans(req, opts, Terminal(quiet=as_json))
+    if as_json:
+        print_json(tuned.data)
+        return
+    _print(tuned.result, tuned.objective, tuned.state)
+    if checkpoint is None:
+        console.print("(no --checkpoint: the trained state was not kept)")
 
 
 def register(app: typer.Typer) -> None:

@@ -24,8 +24,8 @@ from hetplan.cli import (
     cmd_plan,
     cmd_predict,
     cmd_profile,
-    cmd_run,
     cmd_store,
+    cmd_train,
     cmd_tune,
 )
 from hetplan.cli.output import silence_stdout
@@ -78,7 +78,7 @@ for _module in (
     cmd_profile,
     cmd_calibrate,
     cmd_store,
-    cmd_run,
+    cmd_train,
     cmd_tune,
     cmd_bench,
 ):

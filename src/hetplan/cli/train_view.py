@@ -1,11 +1,11 @@
 """What ``hetplan train`` shows: the report (measured against predicted time, memory and energy,
-losses) as text or JSON, and the simulated and the executed timeline of the plan side by side
-(one HTML page next to the measurement file)."""
+losses) as text or JSON, and the power model's refit (the Gantt page beside the measurement is
+:func:`hetplan.usecases.train.trace_chart`'s)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.box import SIMPLE_HEAD
 from rich.table import Table
@@ -13,26 +13,12 @@ from rich.table import Table
 from hetplan.cli.output import console
 from hetplan.plan.staleness import is_asynchronous, staleness_text
 from hetplan.planspec.trace import TraceComparison
-from hetplan.report.gantt import Panel, bars_of, gantt_figure, gantt_page
 from hetplan.run.measure import Measurement, memory_error
-from hetplan.serde import to_data, write_text_atomic
-from hetplan.simulate.timeline import Timeline
+from hetplan.serde import to_data
 from hetplan.units import BYTES_NOTE, fmt_bytes, fmt_joules, fmt_percent, fmt_seconds, plural
 
-
-def trace_chart(m: Measurement, timeline: Timeline, path: Path) -> Path:
-    """The simulated iteration (iteration 0) above the last executed step, a row per rank's
-    device, on one time axis: a self-contained HTML page (:mod:`hetplan.report.gantt`)."""
-    rows = [r.device for r in m.ranks]
-    sim = [s for s in timeline.spans() if s.iteration == 0]
-    executed = [a for r in m.ranks for a in r.actions]
-    timing = ", ".join(sorted({r.timing for r in m.ranks}))
-    title = f"{m.plan.model.name}: {m.plan.strategy}, {plural(len(rows), 'rank')}"
-    fig = gantt_figure(rows, [Panel(title="simulated", bars=bars_of(sim)),
-                              Panel(title=f"executed (last timed step, {timing})",
-                                    bars=bars_of(executed))])  # fmt: skip
-    write_text_atomic(path, gantt_page(fig, title))
-    return path
+if TYPE_CHECKING:
+    from hetplan.usecases.train import PowerRefit
 
 
 def print_report(
@@ -156,3 +142,18 @@ def report_json(m: Measurement, path: Path, chart: Path | None, idle_w: float) -
         "trace_chart": None if chart is None else str(chart),
     }
     return data
+
+
+def power_lines(refits: list[PowerRefit]) -> list[str]:
+    """One line per GPU type whose power model the run refitted, or why it did not."""
+    lines = []
+    for r in refits:
+        rec, kind = r.record, r.device_type
+        if rec.refused is not None:
+            lines.append(f"power model of {kind} not refitted: {rec.refused}")
+        elif rec.fit is not None:
+            lines.append(
+                f"power model of {kind} refitted from {rec.fit.samples} measured points: idle "
+                f"{rec.fit.idle_w:.0f} W, max {rec.fit.max_w:.0f} W"
+            )
+    return lines

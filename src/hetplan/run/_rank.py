@@ -10,6 +10,7 @@ a :class:`~hetplan.run.launch.RankContext`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import pickle
@@ -164,7 +165,7 @@ def _die(message: str) -> None:
 
 def rank_main(
     entry: str,
-    payload: bytes | dict[str, Any],
+    payload: object,
     cpus: list[tuple[int, ...] | None],
     backend: str,
     rdzv_timeout_s: float,
@@ -173,14 +174,15 @@ def rank_main(
     devices: list[str] | None = None,
     rendezvous: str | None = None,
 ) -> tuple[int, Any]:
-    """``payload``: the entry's payload, or its pickle (as :func:`launch_local` sends it).
+    """``payload``: the entry's payload (any picklable object; training's is a
+    :class:`~hetplan.run.job.TrainJob`), or its pickle (as :func:`launch_local` sends it).
     ``ranks``: the plan rank of each local rank (None: torch's ranks are the plan's);
     ``nodes``: the node of every plan rank (for messages); ``devices``: the torch device of
     every plan rank (None: ``cuda:<local rank>`` under NCCL, else ``cpu``); ``rendezvous``:
     ``HOST:PORT/run id`` of a run over several nodes (where heartbeats go). Returns (plan rank,
     result)."""
     die_with_parent()
-    data: dict[str, Any] = pickle.loads(payload) if isinstance(payload, bytes) else payload
+    data = pickle.loads(payload) if isinstance(payload, bytes) else payload
     local_rank = int(os.environ["LOCAL_RANK"])
     rank = ranks[local_rank] if ranks is not None else int(os.environ["RANK"])
     os.environ["RANK"] = str(rank)  # init_process_group reads it (env://)
@@ -252,7 +254,7 @@ def _heartbeat(rank: int, world: int, nodes: list[str] | None, rendezvous: str |
 
 
 def _check_same_run(
-    store: Any, rank: int, world: int, nodes: list[str], payload: dict[str, Any], wait_s: float
+    store: Any, rank: int, world: int, nodes: list[str], payload: object, wait_s: float
 ) -> None:
     """Every node's command must run the same plan with the same options, each node once."""
     if world != len(nodes):
@@ -265,8 +267,7 @@ def _check_same_run(
             f"rank {rank} (node {nodes[rank]}) was started twice: --node {nodes[rank]} runs on "
             "two machines"
         )
-    same = {k: v for k, v in payload.items() if k != "log_dir"}  # log folders are per node
-    digest = hashlib.sha256(pickle.dumps(same)).hexdigest()
+    digest = hashlib.sha256(pickle.dumps(_shared(payload))).hexdigest()
     if rank == 0:
         store.set("run-digest", digest)
         return
@@ -277,6 +278,19 @@ def _check_same_run(
             "data, seed, learning rate, checkpoint or plan differ): give every node the same "
             "command but --node"
         )
+
+
+def _shared(payload: object) -> object:
+    """What every node's ``payload`` must agree on: all of it but its ``log_dir`` (log folders
+    are per node), whether the payload is a dataclass (:class:`~hetplan.run.job.TrainJob`)
+    or a dict."""
+    if dataclasses.is_dataclass(payload) and not isinstance(payload, type):
+        if any(f.name == "log_dir" for f in dataclasses.fields(payload)):
+            return dataclasses.replace(payload, log_dir=None)
+        return payload
+    if isinstance(payload, dict):
+        return {k: v for k, v in payload.items() if k != "log_dir"}
+    return payload
 
 
 def _peer_lost(beat: Heartbeat, err: Exception) -> Exception:

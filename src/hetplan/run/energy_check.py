@@ -12,9 +12,9 @@ from pathlib import Path
 
 from hetplan.cluster.catalog import DEVICE_CATALOG
 from hetplan.cluster.spec import Cluster, DeviceType
+from hetplan.profile.power_store import rest_power_w
 from hetplan.run.energy import implausible_power, modelled_energy_j
 from hetplan.run.measure import Measurement, RankFigures
-from hetplan.run.power_profile import rest_power_w
 
 
 def with_energy(m: Measurement, cluster: Cluster, directory: Path | None = None) -> Measurement:

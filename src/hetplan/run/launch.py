@@ -23,9 +23,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hetplan.errors import HetplanError, InputError
+
+J = TypeVar("J")
+"""The job every rank of a launch is given (pickled: the same object in every rank)."""
+R = TypeVar("R")
+"""What each rank's entry returns (pickled back)."""
 
 PEER_LOST = "peer lost"
 """Marks a rank's error that names other ranks that stopped responding (see ``_rank``)."""
@@ -115,6 +120,21 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
+Entry = Callable[[RankContext, J], R] | str
+"""A rank's entry: a module-level function, or its ``package.module:function`` name (untyped:
+for entries the caller does not import)."""
+
+
+def entry_name(entry: Entry[J, R]) -> str:
+    """``package.module:function`` of ``entry``, the name the ranks import it by."""
+    if isinstance(entry, str):
+        return entry
+    name = f"{entry.__module__}:{entry.__qualname__}"
+    if "<" in entry.__qualname__ or "." in entry.__qualname__:
+        raise InputError(f"entry {name!r}: ranks can only import a module-level function")
+    return name
+
+
 def resolve_entry(entry: str) -> Any:
     """Import ``package.module:function``; InputError if it does not exist."""
     module_name, sep, attr = entry.partition(":")
@@ -157,16 +177,16 @@ class NodeRun:
 
 
 def launch_local(
-    entry: str,
+    entry: Entry[J, R],
     world_size: int,
     *,
-    payload: dict[str, Any],
+    payload: J,
     cpus: Sequence[tuple[int, ...] | None] | None = None,
     timeout_s: float = 300.0,
     rdzv_timeout_s: float = 30.0,
     on_tick: Callable[[], None] | None = None,
     devices: list[str] | None = None,
-) -> list[Any]:
+) -> list[R]:
     """Run ``entry(ctx, payload)`` in ``world_size`` local ranks; return their results by rank.
 
     ``cpus[r]`` pins rank ``r`` to those cores (``os.sched_setaffinity``) with as many intra-op
@@ -182,22 +202,22 @@ def launch_local(
     if len(cpu_list) != world_size:
         raise InputError(f"cpus: {len(cpu_list)} entries for {world_size} ranks")
     _check_cpus(cpu_list)
-    spec = _spec(entry, world_size, payload, cpu_list, rdzv_timeout_s, devices)
-    values = _launch(spec, timeout_s, on_tick)
+    spec = _spec(entry_name(entry), world_size, payload, cpu_list, rdzv_timeout_s, devices)
+    values: dict[int, R] = _launch(spec, timeout_s, on_tick)
     return [values[r] for r in sorted(values)]
 
 
 def launch_node(
-    entry: str,
+    entry: Entry[J, R],
     node: NodeRun,
     *,
-    payload: dict[str, Any],
+    payload: J,
     cpus: Sequence[tuple[int, ...] | None] | None = None,
     timeout_s: float = 300.0,
     rdzv_timeout_s: float = 300.0,
     on_tick: Callable[[], None] | None = None,
     devices: list[str] | None = None,
-) -> dict[int, Any]:
+) -> dict[int, R]:
     """This node's ranks of a run over ``node.nnodes`` nodes: the same command on every node
     (but the node), joined through torch's c10d rendezvous at ``node.rdzv_endpoint``. Returns
     the results of the ranks started here, by plan rank; RunError naming the failed rank and
@@ -208,7 +228,7 @@ def launch_node(
         raise InputError(f"cpus: {len(cpu_list)} entries for {world} ranks")
     _check_cpus([cpu_list[r] for r in node.ranks])
     spec = dataclasses.replace(
-        _spec(entry, len(node.ranks), payload, cpu_list, rdzv_timeout_s, devices),
+        _spec(entry_name(entry), len(node.ranks), payload, cpu_list, rdzv_timeout_s, devices),
         nnodes=node.nnodes,
         rdzv_endpoint=node.rdzv_endpoint,
         run_id=node.run_id,
@@ -222,7 +242,7 @@ def launch_node(
 def _spec(
     entry: str,
     nproc: int,
-    payload: dict[str, Any],
+    payload: object,
     cpus: list[tuple[int, ...] | None],
     rdzv_timeout_s: float,
     devices: list[str] | None,

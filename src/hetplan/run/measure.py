@@ -19,6 +19,7 @@ import numpy as np
 
 from hetplan.planspec import Plan
 from hetplan.planspec.trace import Span, TraceComparison, compare, shifted
+from hetplan.run.job import RankResult
 from hetplan.serde import to_data, write_json_atomic
 
 DEFAULT_OUT_DIR = Path("out")
@@ -121,13 +122,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summarize(
-    plan: Plan, raw: list[dict[str, Any]], *, warmup: int, cluster: str | None = None
+    plan: Plan, raw: list[RankResult], *, warmup: int, cluster: str | None = None
 ) -> Measurement:
-    """Build the Measurement from the ranks' raw results (see :func:`hetplan.run.worker`)."""
-    total = len(raw[0]["step_s"])
+    """Build the Measurement from the ranks' results (see :func:`hetplan.run.worker`)."""
+    total = len(raw[0].step_s)
     timed = range(warmup, total)
-    iteration = [max(r["step_s"][i] for r in raw) for i in timed]
-    loss = [sum(r["loss"][i] for r in raw if r["loss"][i] is not None) for i in range(total)]
+    iteration = [max(r.step_s[i] for r in raw) for i in timed]
+    loss = [sum(x for r in raw if (x := r.loss[i]) is not None) for i in range(total)]
     return Measurement(
         plan=plan,
         cluster=cluster,
@@ -138,41 +139,41 @@ def summarize(
         iteration_p90_s=percentile(iteration, 90),
         iteration_s=iteration,
         loss=loss,
-        ranks=[_rank_figures(r, warmup, _origin(raw, r.get("host"))) for r in raw],
-        first_step=int(raw[0].get("first_step", 0)),
-        stopped=raw[0].get("stopped"),
-        checkpoint=next((r["checkpoint"] for r in raw if r.get("checkpoint")), None),
+        ranks=[_rank_figures(r, warmup, _origin(raw, r.host)) for r in raw],
+        first_step=raw[0].first_step,
+        stopped=raw[0].stopped,
+        checkpoint=next((r.checkpoint for r in raw if r.checkpoint), None),
         **_measured_energy(raw, warmup),
     )
 
 
-def _measured_energy(raw: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+def _measured_energy(raw: list[RankResult], warmup: int) -> dict[str, Any]:
     """Energy per iteration where meters covered every device: each GPU rank its own (NVML),
     CPU ranks one package reading per node (RAPL, local rank 0). Empty otherwise."""
     del warmup  # the window opened at the first timed step
-    gpu = [r for r in raw if str(r.get("device_kind", "")).startswith("cuda")]
+    gpu = [r for r in raw if r.device_kind.startswith("cuda")]
     metered = [r for r in raw if _window(r) is not None]
     if not metered or any(_window(r) is None for r in gpu):
         return {}
     if len(metered) == len(gpu) and len(gpu) < len(raw):  # CPU ranks without a package meter
         return {}
     per_step = [w[0] / w[2] for r in metered if (w := _window(r)) is not None]
-    sources = sorted({str(r["energy_source"]) for r in metered})
+    sources = sorted({str(r.energy_source) for r in metered})
     return {  # each counter's advance over its timed window, per timed step
         "energy_j_per_iteration": sum(per_step),
         "energy_source": f"measured ({', '.join(sources)})",
     }
 
 
-def _window(r: dict[str, Any]) -> tuple[float, float, int] | None:
+def _window(r: RankResult) -> tuple[float, float, int] | None:
     """A rank's energy window (joules, wall seconds, timed steps), None without one."""
-    w = r.get("energy_window")
+    w = r.energy_window
     if w is None or int(w[2]) < 1 or not float(w[1]) > 0:
         return None
     return float(w[0]), float(w[1]), int(w[2])
 
 
-def _rank_energy(r: dict[str, Any]) -> dict[str, Any]:
+def _rank_energy(r: RankResult) -> dict[str, Any]:
     """A rank's metered energy per timed step and mean power over its window."""
     w = _window(r)
     if w is None:
@@ -182,51 +183,47 @@ def _rank_energy(r: dict[str, Any]) -> dict[str, Any]:
         "energy_j": joules / steps,
         "energy_window_s": seconds,
         "power_w": joules / seconds,
-        "power_limit_w": r.get("power_limit_w"),
+        "power_limit_w": r.power_limit_w,
     }
 
 
-def _origin(raw: list[dict[str, Any]], host: str | None = None) -> float:
+def _origin(raw: list[RankResult], host: str | None = None) -> float:
     """The earliest start of the last step (perf_counter seconds) among the ranks of ``host``
     (its own clock: machines' perf_counter origins are unrelated), 0 if not recorded. Ranks
     of different hosts are aligned by their hosts' first start of that step, which the
     previous step's collectives keep within about a message latency."""
-    same = [r for r in raw if r.get("host") == host]
-    return min((float(r.get("last_step_start", 0.0)) for r in same), default=0.0)
+    same = [r for r in raw if r.host == host]
+    return min((r.last_step_start for r in same), default=0.0)
 
 
-def _rank_figures(r: dict[str, Any], warmup: int, origin: float = 0.0) -> RankFigures:
-    def med(key: str) -> float:
-        return float(statistics.median(r[key][warmup:]))
+def _rank_figures(r: RankResult, warmup: int, origin: float = 0.0) -> RankFigures:
+    def med(values: list[float]) -> float:
+        return float(statistics.median(values[warmup:]))
 
     waits = [
         s - f - b - o
-        for s, f, b, o in zip(
-            r["step_s"], r["forward_s"], r["backward_s"], r["optimizer_s"], strict=True
-        )
+        for s, f, b, o in zip(r.step_s, r.forward_s, r.backward_s, r.optimizer_s, strict=True)
     ][warmup:]
+    end = origin if r.last_step_end is None else r.last_step_end
     return RankFigures(
-        rank=r["rank"],
-        device=r["device"],
-        pipeline=r["pipeline"],
-        stage=r["stage"],
-        step_s=med("step_s"),
-        forward_s=med("forward_s"),
-        backward_s=med("backward_s"),
-        optimizer_s=med("optimizer_s"),
+        rank=r.rank,
+        device=r.device,
+        pipeline=r.pipeline,
+        stage=r.stage,
+        step_s=med(r.step_s),
+        forward_s=med(r.forward_s),
+        backward_s=med(r.backward_s),
+        optimizer_s=med(r.optimizer_s),
         wait_s=statistics.median(waits),
-        peak_memory_bytes=int(r["peak_memory_bytes"]),
-        memory_source=r["memory_source"],
-        actions=shifted(r.get("actions", []), origin),
-        timing=str(r.get("timing", "host clock")),
-        last_step=(
-            float(r.get("last_step_start", origin)) - origin,
-            float(r.get("last_step_end", origin)) - origin,
-        ),
-        energy_source=r.get("energy_source"),
+        peak_memory_bytes=r.peak_memory_bytes,
+        memory_source=r.memory_source,
+        actions=shifted(r.actions, origin),
+        timing=r.timing,
+        last_step=(r.last_step_start - origin, end - origin),
+        energy_source=r.energy_source,
         **_rank_energy(r),
         compute_spread=_ratio_p90_p10(
-            [f + b for f, b in zip(r["forward_s"], r["backward_s"], strict=True)][warmup:]
+            [f + b for f, b in zip(r.forward_s, r.backward_s, strict=True)][warmup:]
         ),
     )
 

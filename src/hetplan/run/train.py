@@ -1,4 +1,8 @@
-"""Execute a plan on this machine and measure it: the library behind ``hetplan train``."""
+"""Execute a plan on this machine and measure it: the library behind ``hetplan train``.
+
+Every rank is given a :class:`~hetplan.run.job.TrainJob` and returns a
+:class:`~hetplan.run.job.RankResult` (:mod:`hetplan.run.worker`).
+"""
 
 from __future__ import annotations
 
@@ -12,8 +16,10 @@ from hetplan.errors import InputError
 from hetplan.graph.split import split_program
 from hetplan.graph.tp_units import TpLayout
 from hetplan.planspec import Plan
+from hetplan.planspec.strategies import spec_of
 from hetplan.run.checkpoint import find_checkpoint, read_info
 from hetplan.run.data import canonical_ref, load_data
+from hetplan.run.job import RankResult, TrainJob
 from hetplan.run.launch import NodeRun, launch_local, launch_node
 from hetplan.run.layout import check_executable, run_devices
 from hetplan.run.measure import Measurement, summarize
@@ -22,9 +28,7 @@ from hetplan.run.placement import check_local_devices, rank_devices
 from hetplan.run.steplog import StepLogWriter
 from hetplan.run.tensor_parallel import layout_for
 from hetplan.run.trial import StopRule
-
-ENTRY = "hetplan.run.worker:train_rank"
-GATHER_ENTRY = "hetplan.run.worker:train_and_gather"
+from hetplan.run.worker import train_and_gather, train_rank
 
 
 def check_plan(
@@ -80,7 +84,8 @@ def check_training(plan: Plan, training: Training) -> Path | None:
     returns the checkpoint folder to resume from."""
     if training.data is not None:
         load_data(training.data)
-    if plan.strategy == "ps" and plan.ps_async and (training.checkpoint_dir or training.resume):
+    ps_async = spec_of(plan).executor(plan) == "ps-async"
+    if ps_async and (training.checkpoint_dir or training.resume):
         raise InputError(
             "--checkpoint/--resume: not supported for an asynchronous parameter server yet "
             "(its weights live in the servers, which never pause together)"
@@ -136,7 +141,7 @@ def run_plan(
     rdzv_timeout_s: float = 30.0,
     training: Training | None = None,
     on_tick: Callable[[], None] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[RankResult]:
     """Run ``warmup + steps`` steps of ``plan`` (every one a training step; the first
     ``warmup`` are not timed); every rank's raw result, by rank.
 
@@ -152,18 +157,15 @@ def run_plan(
         raise InputError(f"--timeout must be > 0 seconds (got {timeout_s:g})")
     resume = check_training(plan, train)
     cpus = [cluster.device(d).cpus for d in run_devices(plan)] if cluster is not None else None
-    payload = _payload(plan, src, steps, warmup, seed, train, resume) | {
-        "return_grads": return_grads,
-        "tp_layout": layout,
-    }
+    job = _job(plan, src, steps, warmup, seed, train, resume, layout, return_grads)
     devices = None
     if cluster is not None:
         devices = rank_devices(plan, cluster)
         check_local_devices(devices, list(range(len(devices))), _gpus())
     return launch_local(
-        ENTRY,
+        train_rank,
         len(run_devices(plan)),
-        payload=payload,
+        payload=job,
         cpus=cpus,
         timeout_s=timeout_s,
         rdzv_timeout_s=rdzv_timeout_s,
@@ -178,7 +180,7 @@ def _gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _payload(
+def _job(
     plan: Plan,
     source: ModelSource,
     steps: int,
@@ -186,22 +188,26 @@ def _payload(
     seed: int,
     train: Training,
     resume: Path | None,
-) -> dict[str, Any]:
+    layout: TpLayout | None,
+    return_grads: bool = False,
+) -> TrainJob:
     """What every rank is given (:func:`hetplan.run.worker.train_rank`)."""
-    return {
-        "plan": plan,
-        "source": source,
-        "steps": steps,
-        "warmup": warmup,
-        "seed": seed,
-        "data": train.data,
-        "resume": None if resume is None else str(resume),
-        "checkpoint_dir": None if train.checkpoint_dir is None else str(train.checkpoint_dir),
-        "checkpoint_every": train.checkpoint_every,
-        "log_dir": None if train.log_dir is None else str(train.log_dir),
-        "trial": train.trial,
-        "lr": train.lr,
-    }
+    return TrainJob(
+        plan=plan,
+        source=source,
+        steps=steps,
+        warmup=warmup,
+        seed=seed,
+        data=train.data,
+        resume=resume,
+        checkpoint_dir=train.checkpoint_dir,
+        checkpoint_every=train.checkpoint_every,
+        log_dir=train.log_dir,
+        trial=train.trial,
+        lr=train.lr,
+        return_grads=return_grads,
+        tp_layout=layout,
+    )
 
 
 def run_node(
@@ -216,7 +222,7 @@ def run_node(
     rdzv_timeout_s: float = 300.0,
     training: Training | None = None,
     on_tick: Callable[[], None] | None = None,
-) -> list[dict[str, Any]] | None:
+) -> list[RankResult] | None:
     """This node's part of a run over several nodes (:mod:`hetplan.run.commands`): every
     rank's raw result, by rank, on the node of rank 0; None on the others.
     ``rdzv_timeout_s`` bounds the wait for the other nodes to start."""
@@ -229,17 +235,16 @@ def run_node(
     devices = rank_devices(plan, cluster)
     check_local_devices(devices, node.ranks, _gpus())
     values = launch_node(
-        GATHER_ENTRY,
+        train_and_gather,
         node,
-        payload=_payload(plan, src, steps, warmup, seed, train, resume) | {"tp_layout": layout},
+        payload=_job(plan, src, steps, warmup, seed, train, resume, layout),
         cpus=[cluster.device(d).cpus for d in run_devices(plan)],
         timeout_s=timeout_s,
         rdzv_timeout_s=rdzv_timeout_s,
         on_tick=on_tick,
         devices=devices,
     )
-    gathered: list[dict[str, Any]] | None = values.get(0)
-    return gathered
+    return values.get(0)
 
 
 def measure_plan(
@@ -289,27 +294,27 @@ def predict_plan(
     return pred, pred.cost_source
 
 
-def log_results(directory: Path, raw: list[dict[str, Any]], plan: Plan, warmup: int) -> None:
+def log_results(directory: Path, raw: list[RankResult], plan: Plan, warmup: int) -> None:
     """Write the step records of the ranks in ``raw`` that did not log into ``directory``
     (the ranks of other nodes, whose logs stayed there): the step log of a run over several
     nodes is complete on the first node."""
     present = {int(p.stem.split("-")[1]) for p in directory.glob("rank-*.jsonl")}
     last = plan.num_stages - 1
     for r in raw:
-        if r["rank"] in present:
+        if r.rank in present:
             continue
-        with StepLogWriter(directory, r["rank"]) as log:
-            for i, step_s in enumerate(r["step_s"]):
+        with StepLogWriter(directory, r.rank) as log:
+            for i, step_s in enumerate(r.step_s):
                 log.write(
                     {
-                        "step": r.get("first_step", 0) + i,
-                        "pipeline": r["pipeline"],
-                        "stage": r["stage"],
+                        "step": r.first_step + i,
+                        "pipeline": r.pipeline,
+                        "stage": r.stage,
                         "step_s": step_s,
-                        "loss": r["loss"][i],
-                        "samples": plan.pipelines[r["pipeline"]].batch if r["stage"] == last else 0,
-                        "peak_memory_bytes": r.get("peak_memory_bytes") if i == 0 else None,
-                        "energy_j": r["energy_j"][i] if r.get("energy_j") else None,
+                        "loss": r.loss[i],
+                        "samples": plan.pipelines[r.pipeline].batch if r.stage == last else 0,
+                        "peak_memory_bytes": r.peak_memory_bytes if i == 0 else None,
+                        "energy_j": None,  # metered over the timed window, not per step
                         "timed": i >= warmup,
                     }
                 )

@@ -1,31 +1,23 @@
-"""``--html``: one self-contained page per plan (``hetplan.report.plan_page``).
-
-plotly loads inside these functions only: the CLI's start-up never imports it.
-"""
+"""``--html``: the self-contained page of a prediction or of a search's winner
+(:mod:`hetplan.report.plan_page`), written by the flows that produce them."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-# ruff: noqa: PLC0415
-if TYPE_CHECKING:
-    from hetplan.plan.search import Ranking
-    from hetplan.predict import Prediction
+from hetplan.plan.search import Ranking
+from hetplan.predict import Prediction
+from hetplan.report.plan_page import write_plan_page
+from hetplan.report.plan_page_data import ParetoPoint
 
 
 def write_prediction_page(path: Path, prediction: Prediction, *, title: str) -> None:
     """The page of one prediction (``predict --html``: no search, so no Pareto chart)."""
-    from hetplan.report.plan_page import write_plan_page
-
     write_plan_page(path, prediction, title=title)
 
 
 def write_ranking_page(path: Path, ranking: Ranking) -> None:
     """The page of a search's winner with the time-energy chart of every ranked candidate."""
-    from hetplan.report.plan_page import write_plan_page
-    from hetplan.report.plan_page_data import ParetoPoint
-
     front = {id(r) for r in ranking.pareto}
     points = [
         ParetoPoint(

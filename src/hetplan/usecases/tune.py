@@ -1,0 +1,177 @@
+"""Tuning: the top predicted plans tried for real in short trials chained through checkpoints;
+the best measured trains the remaining steps, and the result file says how each did."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hetplan.cluster.spec import Cluster
+from hetplan.plan.options import SearchOptions
+from hetplan.plan.search import Ranking
+from hetplan.run.measure import save_measurement
+from hetplan.run.train import Training, check_training
+from hetplan.run.trial import DEFAULT_REL_HALFWIDTH
+from hetplan.run.tune import Candidate, Trial, TuneResult, TuneSettings, tune
+from hetplan.serde import to_data, write_json_atomic
+from hetplan.usecases.feedback import SILENT, Feedback, Tick
+from hetplan.usecases.plan import SearchRequest, search_plans
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneOptions:
+    """The trials and the training after them (the search is a :class:`SearchRequest`)."""
+
+    out: Path
+    """The result file (JSON); the final measurement goes beside it (``.final.json``)."""
+    steps: int = 60
+    top: int = 3
+    trial_steps: int = 20
+    warmup: int = 1
+    precision: float = DEFAULT_REL_HALFWIDTH
+    data: str | None = None
+    checkpoint: Path | None = None
+    resume: Path | None = None
+    seed: int = 0
+    lr: float | None = None
+    timeout: float = 600.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tuned:
+    """The trials and the final run, where their state went, and the result file's data."""
+
+    result: TuneResult
+    objective: str
+    state: Path
+    """The trials' and the final checkpoints (a temporary folder, gone, without
+    ``checkpoint``)."""
+    data: dict[str, Any]
+    """What the result file holds."""
+
+
+def candidates_of(ranking: Ranking, top: int) -> list[Candidate]:
+    """The ``top`` best distinct plans of a ranking, best predicted first."""
+    out: list[Candidate] = []
+    seen: set[str] = set()
+    for r in ranking.ranked:
+        key = str(to_data(r.candidate.plan))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(
+            Candidate(
+                label=r.candidate.label,
+                plan=r.candidate.plan,
+                predicted_s=r.prediction.iteration_time_s,
+                predicted_energy_j=r.prediction.energy_j_per_iteration,
+            )
+        )
+        if len(out) == top:
+            break
+    return out
+
+
+def tune_plans(req: SearchRequest, opts: TuneOptions, feedback: Feedback = SILENT) -> Tuned:
+    """Search, try the ``top`` candidates, train on with the best measured; write the result
+    file and the final run's measurement."""
+    found = search_plans(req, feedback)
+    cands = candidates_of(found.ranking, opts.top)
+    settings = _settings(opts, found.options)
+    check_training(
+        cands[0].plan,
+        Training(data=opts.data, resume=opts.resume, checkpoint_dir=opts.checkpoint, lr=opts.lr),
+    )
+    with tempfile.TemporaryDirectory(prefix="hetplan-tune-") as tmp:
+        state = opts.checkpoint if opts.checkpoint is not None else Path(tmp) / "state"
+        settings = dataclasses.replace(settings, log_dir=Path(tmp) / "steps")
+        result = _run(cands, found.cluster, settings, state, feedback)
+        if result.final is not None:
+            save_measurement(result.final, opts.out.with_suffix(".final.json"))
+        data = result_data(result, state, opts.out)
+        write_json_atomic(opts.out, data)
+    objective = found.options.objective.name
+    return Tuned(result=result, objective=objective, state=state, data=data)
+
+
+def _settings(opts: TuneOptions, search: SearchOptions) -> TuneSettings:
+    """The trials' settings: the search's objective and limits (per epoch: dataset size over
+    batch iterations)."""
+    size = search.dataset_size
+    iterations = 1.0 if size is None else size / search.batch
+    return TuneSettings(
+        objective=search.objective, limits=search.limits, steps=opts.steps,
+        warmup=opts.warmup, trial_steps=opts.trial_steps, rel_halfwidth=opts.precision,
+        seed=opts.seed, data=opts.data, resume=opts.resume, timeout_s=opts.timeout,
+        iterations=iterations, log_dir=None, lr=opts.lr,
+    )  # fmt: skip
+
+
+def _run(
+    cands: list[Candidate],
+    clus: Cluster,
+    settings: TuneSettings,
+    state: Path,
+    feedback: Feedback,
+) -> TuneResult:
+    """``tune`` with the feedback of one run at a time (trials, then the final training)."""
+    assert settings.log_dir is not None
+    logs = settings.log_dir
+    with contextlib.ExitStack() as stack:
+
+        def on_trial(i: int, cand: Candidate, steps: int) -> Callable[[], None] | None:
+            stack.close()  # the previous run's
+            what = f"trial {i + 1}/{len(cands)}" if i < len(cands) else "training"
+            label = f"{what}: {cand.label}"
+            tick: Tick = stack.enter_context(
+                feedback.run(logs / str(i), len(cand.plan.devices), steps, label)
+            )
+            return tick
+
+        return tune(cands, clus, settings, state, on_trial=on_trial)
+
+
+def result_data(result: TuneResult, state: Path, out: Path) -> dict[str, Any]:
+    """The result file: every trial, the choice, the final run and where the state went."""
+    final = result.final
+    return {
+        "trials": [_trial(t) for t in result.trials],
+        "chosen": result.chosen,
+        "predicted_best": result.predicted_best,
+        "total_steps": result.total_steps,
+        "final": None
+        if final is None
+        else {
+            "steps": final.warmup + final.steps,
+            "measured_iteration_s": final.measured_iteration_s,
+            "losses": final.loss,
+            "checkpoint": final.checkpoint,
+        },
+        "checkpoints": str(state),
+        "file": str(out),
+        "notes": result.notes,
+    }
+
+
+def _trial(t: Trial) -> dict[str, Any]:
+    m = t.measurement
+    return {
+        "label": t.candidate.label,
+        "plan": to_data(t.candidate.plan),
+        "steps": t.steps,
+        "stopped": m.stopped,
+        "predicted_iteration_s": t.candidate.predicted_s,
+        "measured_iteration_s": m.measured_iteration_s,
+        "predicted_energy_j_per_iteration": t.predicted.energy_j,
+        "measured_energy_j_per_iteration": t.metrics.energy_j,
+        "energy_source": m.energy_source,
+        "idle_w_of_unused_devices": t.idle_w,
+        "score": t.score,
+        "violations": t.violations,
+        "losses": m.loss,
+    }
