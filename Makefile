@@ -16,8 +16,8 @@ example: $(STAMP)
 	./scripts/example.sh
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples scripts
+	$(BIN)/ruff format --check src tests benchmarks examples scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

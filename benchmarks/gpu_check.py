@@ -32,7 +32,7 @@ from hetplan.planspec.trace import COMPUTE_KINDS, idle_gaps
 from hetplan.predict import predict
 from hetplan.profile.model import guess_device_type
 from hetplan.profile.select import compute_model
-from hetplan.run.measure import Measurement
+from hetplan.run.measurement.measure import Measurement
 from hetplan.run.train import measure_plan
 
 

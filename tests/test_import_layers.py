@@ -121,3 +121,55 @@ def test_cost_models_import_no_plan_or_schedule() -> None:
     assert not _under(
         loaded, "hetplan.plan", "hetplan.predict", "hetplan.schedule", "hetplan.simulate"
     )
+
+
+RUN_WINGS: dict[str, int] = {
+    "setup": 0,  # what a rank holds: layout, layers, TP shards, data, precision, checkpoints
+    "launch": 1,  # starting ranks: generic over the job, knows nothing of training
+    "execute": 1,  # running a rank's actions
+    "meters": 1,  # what a rank reads while it runs
+    "loop": 2,  # a rank's training loop: set-up, executor, meters, steps
+    "measurement": 3,  # what the ranks' results say
+    "references": 3,  # one-process runs the distributed ones are checked against
+    "train": 4,  # `hetplan train`'s run: launch, collect, measure
+    "tune": 5,  # trials chained through train
+}
+"""``hetplan.run`` in wings: a wing imports its own modules and those of lower wings."""
+
+
+def _run_wing(path: Path) -> str | None:
+    parts = path.relative_to(SRC).parts
+    return parts[1].removesuffix(".py") if parts[0] == "run" and len(parts) > 1 else None
+
+
+def _run_imports(path: Path) -> set[str]:
+    """The wings of ``hetplan.run`` that ``path`` imports (``hetplan.run.<wing>...``)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        out.update(n.split(".")[2] for n in names if n.startswith("hetplan.run.") and n.count("."))
+    return out
+
+
+def test_run_wings_import_only_lower_wings() -> None:
+    bad = []
+    for path in sorted((SRC / "run").rglob("*.py")):
+        wing = _run_wing(path)
+        if wing is None or wing == "__init__":
+            continue
+        assert wing in RUN_WINGS, f"{path.relative_to(SRC)}: wing {wing} has no rank in RUN_WINGS"
+        for dep in _run_imports(path) - {wing}:
+            if RUN_WINGS[dep] >= RUN_WINGS[wing]:
+                bad.append(f"{path.relative_to(SRC)} ({wing}) imports run.{dep}")
+    assert not bad, "\n".join(bad)
+
+
+def test_every_run_wing_says_what_it_is_for() -> None:
+    """Each wing is a sub-package whose docstring says its purpose in one sentence."""
+    for wing in (w for w in RUN_WINGS if (SRC / "run" / w).is_dir()):
+        doc = ast.get_docstring(ast.parse((SRC / "run" / wing / "__init__.py").read_text()))
+        assert doc and doc.count(". ") == 0 and doc.endswith("."), (wing, doc)

@@ -23,7 +23,7 @@ from hetplan.bench.types import CaseResult, RankMemory, SuiteResult
 from hetplan.cli.main import main
 from hetplan.planspec import Plan
 from hetplan.predict import DevicePrediction, Prediction
-from hetplan.run.measure import Measurement, RankFigures
+from hetplan.run.measurement.measure import Measurement, RankFigures
 from hetplan.serde import from_data, load_file, to_data
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.run.model import ZooSource
-from hetplan.run.reference import reference_run
+from hetplan.run.references.reference import reference_run
+from hetplan.run.setup.model import ZooSource
 from hetplan.run.train import Training, run_plan
 from hetplan.serde import to_data
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hetplan.cli.main import main
-from hetplan.run.checkpoint import find_checkpoint, read_info
+from hetplan.run.setup.checkpoint import find_checkpoint, read_info
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "clusters" / "local-cpu-hetero.yaml"
@@ -114,7 +114,7 @@ def test_bad_training_inputs_are_one_line_errors(
 def test_profile_power_without_a_counter_says_why(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hetplan.run import power_profile
+    from hetplan.run.meters import power_profile
 
     monkeypatch.setattr(power_profile, "meter_for", lambda device: (None, "no RAPL here"))
     code, _, err = _run(["profile-power", "--type", "cpu", "--seconds", "1"], capsys)

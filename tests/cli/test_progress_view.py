@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from hetplan.cli.progress_view import ProgressLine, format_progress
-from hetplan.run.steplog import Progress, StepLogWriter
+from hetplan.run.loop.steplog import Progress, StepLogWriter
 
 
 def _progress(**fields: object) -> Progress:

@@ -291,7 +291,7 @@ def test_unrunnable_plans_cannot_win() -> None:
 
     assert unrunnable(plan("gpipe", 8, 4)) is None
     assert unrunnable(plan("dp", 7, 3)) is None  # dp accumulates uneven slices
-    # The runtime's rule and message (run.layout.check_executable), naming the field.
+    # The runtime's rule and message (run.setup.layout.check_executable), naming the field.
     assert str(unrunnable(plan("gpipe", 6, 4))).startswith("pipelines.0.batch (6) must be a")
     assert unrunnable(plan("pipedream", 8, 4)) is None
     tp = plan("pipedream", 8, 4)

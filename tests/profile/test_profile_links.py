@@ -19,7 +19,7 @@ from hetplan.profile.links import (
     pair_result,
     ring_latency,
 )
-from hetplan.run.launch import launch_local
+from hetplan.run.launch.spawn import launch_local
 
 SIZES = [1024, 65536, 1048576]
 

@@ -21,7 +21,7 @@ from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.profile.calib_store import load_calibrations, save_calibration
 from hetplan.profile.measured import MeasuredCompute
 from hetplan.profile.store import load_profiles
-from hetplan.run.writeback_types import run_threads
+from hetplan.run.measurement.writeback_types import run_threads
 
 S = SERIAL_FRACTION
 CPU = device_type("cpu")

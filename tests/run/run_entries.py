@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hetplan.run.launch import RankContext
-from hetplan.run.model import MLPSource
+from hetplan.run.launch.spawn import RankContext
+from hetplan.run.setup.model import MLPSource
 
 
 def _record(ctx: RankContext, payload: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from hetplan.errors import InputError
-from hetplan.run.checkpoint import (
+from hetplan.run.setup.checkpoint import (
     LATEST,
     CheckpointInfo,
     find_checkpoint,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from hetplan.run import clock as clock_mod
-from hetplan.run.clock import StepClock
+from hetplan.run.execute import clock as clock_mod
+from hetplan.run.execute.clock import StepClock
 
 
 def test_cpu_stamps_are_the_host_clock_in_order() -> None:

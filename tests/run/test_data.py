@@ -1,4 +1,4 @@
-"""The ``--data`` contract (:mod:`hetplan.run.data`): the sample stream's order, every
+"""The ``--data`` contract (:mod:`hetplan.run.setup.data`): the sample stream's order, every
 pipeline's share of a step, resuming at a stream position, the loss, and the errors."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from torch import nn
 
 from hetplan.errors import InputError
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.run import data as data_mod
-from hetplan.run.data import DatasetFeed, Shares, SyntheticFeed, load_data, make_feed
-from hetplan.run.model import MLPSource
+from hetplan.run.setup import data as data_mod
+from hetplan.run.setup.data import DatasetFeed, Shares, SyntheticFeed, load_data, make_feed
+from hetplan.run.setup.model import MLPSource
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "data" / "blobs.py"
 

@@ -18,8 +18,8 @@ import pytest
 from hetplan.cluster.spec import DeviceType
 from hetplan.errors import InputError
 from hetplan.profile.store import load_profiles
-from hetplan.run import energy
-from hetplan.run.energy import (
+from hetplan.run.meters import energy
+from hetplan.run.meters.energy import (
     EnergyMeter,
     EnergyWindow,
     MeterUnavailableError,

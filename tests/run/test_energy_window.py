@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from hetplan.run import worker
-from hetplan.run.worker import _Loop, _Out
+from hetplan.run.loop import worker
+from hetplan.run.loop.worker import _Loop, _Out
 
 
 class _Meter:

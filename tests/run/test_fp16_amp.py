@@ -15,8 +15,8 @@ import torch
 from hetplan.cluster.config import cluster_from_data
 from hetplan.cluster.spec import Cluster
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.run.checkpoint import find_checkpoint, read_info, step_seed
-from hetplan.run.model import ZooSource, data_seed, layer_names
+from hetplan.run.setup.checkpoint import find_checkpoint, read_info, step_seed
+from hetplan.run.setup.model import ZooSource, data_seed, layer_names
 from hetplan.run.train import Training, run_plan
 
 MODELS = Path(__file__).with_name("fp16_models.py")

@@ -15,15 +15,15 @@ from hetplan.cluster.config import cluster_from_data
 from hetplan.graph import build_graph
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.profile.model import device_type_for, torch_device
-from hetplan.run.energy import (
+from hetplan.run.measurement.energy_check import energy_problem
+from hetplan.run.meters.energy import (
     LIMIT_MARGIN,
     EnergyWindow,
     implausible_power,
     meter_for,
     power_limit_w,
 )
-from hetplan.run.energy_check import energy_problem
-from hetplan.run.power_profile import measure_power_points
+from hetplan.run.meters.power_profile import measure_power_points
 from hetplan.run.train import measure_plan
 
 pytestmark = pytest.mark.gpu

@@ -9,8 +9,8 @@ import torch
 
 from hetplan.cluster.config import cluster_from_data
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.run.model import layer_names, source_for
-from hetplan.run.reference import reference_run
+from hetplan.run.references.reference import reference_run
+from hetplan.run.setup.model import layer_names, source_for
 from hetplan.run.train import run_plan
 
 pytestmark = pytest.mark.gpu

@@ -1,4 +1,4 @@
-"""The typed contract between ``hetplan train`` and its ranks (:mod:`hetplan.run.job`): a job
+"""The typed contract between ``hetplan train`` and its ranks (:mod:`hetplan.run.loop.job`): a job
 is checked where it is built and survives pickling; a real run fills every result field."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import pytest
 from hetplan.errors import InputError
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.planspec.trace import Span
-from hetplan.run._rank import _shared
-from hetplan.run.job import RankResult, TrainJob
-from hetplan.run.launch import entry_name
-from hetplan.run.model import MLPSource, layer_names
+from hetplan.run.launch._rank import _shared
+from hetplan.run.launch.spawn import entry_name
+from hetplan.run.loop.job import RankResult, TrainJob
+from hetplan.run.loop.trial import StopRule
+from hetplan.run.loop.worker import train_rank
+from hetplan.run.setup.model import MLPSource, layer_names
 from hetplan.run.train import Training, run_plan
-from hetplan.run.trial import StopRule
-from hetplan.run.worker import train_rank
 
 SOURCE = MLPSource()  # widths (8, 16, 16, 4): fc0, fc1, head
 DEVICES = ("a", "b")
@@ -80,7 +80,7 @@ def test_nodes_compare_their_jobs_but_their_log_folders() -> None:
 
 
 def test_entries_are_named_by_the_function_the_ranks_import() -> None:
-    assert entry_name(train_rank) == "hetplan.run.worker:train_rank"
+    assert entry_name(train_rank) == "hetplan.run.loop.worker:train_rank"
     assert entry_name("run_entries:allreduce") == "run_entries:allreduce"
     with pytest.raises(InputError, match="module-level"):
         entry_name(lambda ctx, job: None)

@@ -13,7 +13,7 @@ from torch.utils._pytree import tree_leaves
 
 from hetplan.errors import ModelError
 from hetplan.graph import resolve_model
-from hetplan.run.materialize import record
+from hetplan.run.setup.materialize import record
 
 SEED = 7
 

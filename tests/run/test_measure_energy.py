@@ -10,9 +10,9 @@ import pytest
 from hetplan.cluster import load_cluster
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.profile.power_store import record_power_points
-from hetplan.run.energy_check import gpu_power_points, with_energy
-from hetplan.run.job import RankResult
-from hetplan.run.measure import summarize
+from hetplan.run.loop.job import RankResult
+from hetplan.run.measurement.energy_check import gpu_power_points, with_energy
+from hetplan.run.measurement.measure import summarize
 from hetplan.run.tune import idle_watts
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "local-cpu-hetero.yaml"
@@ -187,7 +187,7 @@ def test_a_rejected_reading_reaches_the_report_and_not_the_fit(tmp_path: Path) -
 
 
 def test_a_type_s_limit_is_its_own_ranks_nvml_limit_else_the_catalog_s() -> None:
-    from hetplan.run.energy_check import type_limit_w
+    from hetplan.run.measurement.energy_check import type_limit_w
 
     cluster = load_cluster(GPUS)
     a, b = (d.id for d in cluster.devices[:2])

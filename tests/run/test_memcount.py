@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from hetplan.run.memcount import TensorBytesCounter, step_peak_bytes
+from hetplan.run.meters.memcount import TensorBytesCounter, step_peak_bytes
 
 F32 = 4  # bytes per float32 element
 BF16 = 2

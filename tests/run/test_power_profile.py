@@ -11,9 +11,9 @@ import pytest
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
 from hetplan.profile.power_store import load_points
-from hetplan.run.energy_check import gpu_power_points
-from hetplan.run.measure import Measurement, RankFigures
-from hetplan.run.power_profile import measure_power_points
+from hetplan.run.measurement.energy_check import gpu_power_points
+from hetplan.run.measurement.measure import Measurement, RankFigures
+from hetplan.run.meters.power_profile import measure_power_points
 
 CLUSTER = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "local-cpu-hetero.yaml"
 IDLE_W = 10.0  # the fake counter's watts at rest
@@ -100,7 +100,7 @@ def _as_gpu(monkeypatch: pytest.MonkeyPatch, gpu_name: str) -> _FakeGpu:
     import torch
 
     from hetplan.profile import model
-    from hetplan.run import power_profile
+    from hetplan.run.meters import power_profile
 
     dev = _FakeGpu()
     monkeypatch.setattr(model, "torch_device", lambda spec: torch.device("cuda", 0))

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from hetplan.run.launch import launch_local
+from hetplan.run.launch.spawn import launch_local
 
 CORES = sorted(os.sched_getaffinity(0))
 

@@ -1,6 +1,6 @@
 """Asynchronous PipeDream and HetPipe's WSP train as their schedules say: every step's loss
 equals a single-process run that applies the same delayed updates
-(:func:`hetplan.run.reference_delayed.delayed_reference_run`), with weight stashing, tied
+(:func:`hetplan.run.references.reference_delayed.delayed_reference_run`), with weight stashing, tied
 weights across stages and the wave all-reduce (real processes, gloo, CPU)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import torch
 from test_run_fidelity import _source, make_plan
 
 from hetplan.planspec import Plan
-from hetplan.run.job import RankResult
-from hetplan.run.reference import reference_run
-from hetplan.run.reference_delayed import delayed_reference_run, stage_versions
+from hetplan.run.loop.job import RankResult
+from hetplan.run.references.reference import reference_run
+from hetplan.run.references.reference_delayed import delayed_reference_run, stage_versions
 from hetplan.run.train import run_plan
 
 STEPS = 4

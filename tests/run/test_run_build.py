@@ -7,7 +7,7 @@ import torch
 from test_run_fidelity import make_plan
 
 from hetplan.graph.split import split_program, stage_state
-from hetplan.run.model import ZooSource, layer_names
+from hetplan.run.setup.model import ZooSource, layer_names
 from hetplan.run.train import run_plan
 
 

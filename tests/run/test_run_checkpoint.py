@@ -1,7 +1,8 @@
 """Training on a dataset, checkpoints and resume across plans (real processes, gloo, CPU).
 
 The expected losses come from elsewhere: an uninterrupted run of the same plan, and the
-single-process reference (:func:`hetplan.run.reference.reference_run`) started from the same
+single-process reference (:func:`hetplan.run.references.reference.reference_run`) started from the
+same
 checkpoint.
 """
 
@@ -13,11 +14,11 @@ import pytest
 import torch
 
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.run.checkpoint import FAULT_ENV, LATEST, find_checkpoint, read_info, step_dir
-from hetplan.run.job import RankResult
-from hetplan.run.launch import RunError
-from hetplan.run.model import ZooSource, layer_names
-from hetplan.run.reference import reference_run
+from hetplan.run.launch.spawn import RunError
+from hetplan.run.loop.job import RankResult
+from hetplan.run.references.reference import reference_run
+from hetplan.run.setup.checkpoint import FAULT_ENV, LATEST, find_checkpoint, read_info, step_dir
+from hetplan.run.setup.model import ZooSource, layer_names
 from hetplan.run.train import Training, run_plan
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "data" / "blobs.py"

@@ -11,9 +11,9 @@ import torch
 from run_entries import TiedSource
 
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.run.job import RankResult
-from hetplan.run.model import MLPSource, ModelSource
-from hetplan.run.reference import reference_step
+from hetplan.run.loop.job import RankResult
+from hetplan.run.references.reference import reference_step
+from hetplan.run.setup.model import MLPSource, ModelSource
 from hetplan.run.train import run_plan
 
 SOURCE = MLPSource(widths=(6, 10, 12, 5))

@@ -1,7 +1,7 @@
 """Every executable family trains the same network as one process, for models whose forward is
 not a chain of children (skip connection, a module called twice, tuple and dict values, tied
 weights) and for the zoo's small nets: the same loss at every step and the same gradients as
-:func:`hetplan.run.reference.reference_run` (real processes, gloo, CPU)."""
+:func:`hetplan.run.references.reference.reference_run` (real processes, gloo, CPU)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.run.model import ZooSource, layer_names
-from hetplan.run.reference import reference_run
+from hetplan.run.references.reference import reference_run
+from hetplan.run.setup.model import ZooSource, layer_names
 from hetplan.run.train import run_plan
 
 MODELS = Path(__file__).with_name("fidelity_models.py")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hetplan.errors import InputError
-from hetplan.run.launch import RunError, launch_local
+from hetplan.run.launch.spawn import RunError, launch_local
 
 FAILURE_BOUND_S = 60.0  # the bound for a killed rank
 

@@ -11,12 +11,12 @@ import torch
 from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.run.job import TrainJob
-from hetplan.run.launch import launch_local
-from hetplan.run.model import ZooSource, layer_names
-from hetplan.run.placement import check_local_devices, job_backend, rank_devices
-from hetplan.run.reference import reference_run
-from hetplan.run.worker import train_rank
+from hetplan.run.launch.placement import check_local_devices, job_backend, rank_devices
+from hetplan.run.launch.spawn import launch_local
+from hetplan.run.loop.job import TrainJob
+from hetplan.run.loop.worker import train_rank
+from hetplan.run.references.reference import reference_run
+from hetplan.run.setup.model import ZooSource, layer_names
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 TIED = ZooSource(name=f"{Path(__file__).with_name('fidelity_models.py')}:tied_lm")

@@ -14,8 +14,8 @@ from test_run_fidelity import _source, check_same_training, make_plan
 from torch import nn
 
 from hetplan.planspec import Plan
-from hetplan.run.ps import hosted_params
-from hetplan.run.reference_ps import replay_async_ps
+from hetplan.run.execute.ps import hosted_params
+from hetplan.run.references.reference_ps import replay_async_ps
 from hetplan.run.train import run_plan
 
 

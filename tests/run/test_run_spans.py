@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.planspec.trace import Span
-from hetplan.run.job import RankResult
-from hetplan.run.measure import summarize
+from hetplan.run.loop.job import RankResult
+from hetplan.run.measurement.measure import summarize
 
 
 def test_summarize_aligns_spans_on_the_earliest_rank_start() -> None:

@@ -12,8 +12,8 @@ import torch
 from test_run_fidelity import _source, check_same_training, make_plan
 
 from hetplan.planspec import Plan
-from hetplan.run.checkpoint import step_dir
-from hetplan.run.reference import reference_run
+from hetplan.run.references.reference import reference_run
+from hetplan.run.setup.checkpoint import step_dir
 from hetplan.run.train import Training, run_plan
 
 

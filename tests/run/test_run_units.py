@@ -14,20 +14,20 @@ from hetplan.cluster import load_cluster
 from hetplan.errors import InputError
 from hetplan.graph.split import split_program
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
-from hetplan.run._agent import describe_failure
-from hetplan.run._rank import is_peer_loss
-from hetplan.run.commands import node_commands, node_run
-from hetplan.run.job import RankResult
-from hetplan.run.launch import failure_error
-from hetplan.run.layout import (
+from hetplan.run.launch._agent import describe_failure
+from hetplan.run.launch._rank import is_peer_loss
+from hetplan.run.launch.commands import node_commands, node_run
+from hetplan.run.launch.spawn import failure_error
+from hetplan.run.loop.job import RankResult
+from hetplan.run.measurement.measure import percentile, summarize, with_prediction
+from hetplan.run.setup.layout import (
     check_executable,
     pipeline_ranks,
     rank_roles,
     stage_ranks,
     tp_ranks,
 )
-from hetplan.run.measure import percentile, summarize, with_prediction
-from hetplan.run.model import MLPSource, layer_names
+from hetplan.run.setup.model import MLPSource, layer_names
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 LAYERS = ["fc0", "act0", "fc1", "act1", "head"]
@@ -242,7 +242,7 @@ def test_failure_descriptions() -> None:
 
 
 def test_the_failure_that_explains_the_others_is_reported_first() -> None:
-    from hetplan.run._agent import _root_cause_first
+    from hetplan.run.launch._agent import _root_cause_first
 
     failures = [
         (0, "RuntimeError: peer lost: lost the rendezvous store on node a: closed", ""),

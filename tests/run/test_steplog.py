@@ -12,8 +12,8 @@ import pytest
 from rich.console import Console
 
 from hetplan.cli.progress_view import ProgressLine
-from hetplan.run.launch import RankContext, launch_local
-from hetplan.run.steplog import (
+from hetplan.run.launch.spawn import RankContext, launch_local
+from hetplan.run.loop.steplog import (
     StepLogReader,
     StepLogWriter,
     StepSummary,

@@ -19,8 +19,8 @@ from hetplan.predict import predict
 from hetplan.profile.measured import MeasuredCompute
 from hetplan.profile.select import compute_model
 from hetplan.profile.store import load_profile, load_profiles
-from hetplan.run.measure import Measurement
-from hetplan.run.writeback import run_reason, write_measured
+from hetplan.run.measurement.measure import Measurement
+from hetplan.run.measurement.writeback import run_reason, write_measured
 from hetplan.serde import load_file
 
 

@@ -1,4 +1,4 @@
-"""The adaptive stopping rule of ``hetplan tune`` (:mod:`hetplan.run.trial`), against Student's
+"""The adaptive stopping rule of ``hetplan tune`` (:mod:`hetplan.run.loop.trial`), against Student's
 t table values and half-widths worked by hand."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from hetplan.run.trial import StopRule, halfwidth, t_975
+from hetplan.run.loop.trial import StopRule, halfwidth, t_975
 
 # Two-sided 95% quantiles t_{0.975, df} from a printed Student's t table (df: value).
 TABLE = {1: 12.706, 2: 4.303, 5: 2.571, 10: 2.228, 20: 2.086, 30: 2.042}

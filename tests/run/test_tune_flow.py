@@ -14,8 +14,8 @@ from hetplan.errors import InputError
 from hetplan.plan.objective import Objective
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run import tune as tune_mod
-from hetplan.run.launch import RunError
-from hetplan.run.measure import Measurement
+from hetplan.run.launch.spawn import RunError
+from hetplan.run.measurement.measure import Measurement
 from hetplan.run.train import Training
 from hetplan.run.tune import Candidate, TuneSettings, tune
 

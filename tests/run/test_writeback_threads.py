@@ -13,7 +13,7 @@ from hetplan.cluster.spec import Cluster
 from hetplan.graph import build_graph
 from hetplan.profile.measured import MeasuredCompute
 from hetplan.profile.store import load_profiles
-from hetplan.run.writeback import write_measured
+from hetplan.run.measurement.writeback import write_measured
 
 
 def _two_cores(cluster: Cluster) -> Cluster:

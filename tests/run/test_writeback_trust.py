@@ -14,10 +14,10 @@ from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
 from hetplan.profile.measured import MeasuredCompute
 from hetplan.profile.store import load_profiles
-from hetplan.run.job import RankResult
-from hetplan.run.measure import RankFigures, summarize
-from hetplan.run.writeback import WriteBack, Written, run_reason, write_measured
-from hetplan.run.writeback_gate import rank_reason
+from hetplan.run.loop.job import RankResult
+from hetplan.run.measurement.measure import RankFigures, summarize
+from hetplan.run.measurement.writeback import WriteBack, Written, run_reason, write_measured
+from hetplan.run.measurement.writeback_gate import rank_reason
 
 GPUS = CLUSTERS / "homogeneous-4gpu.yaml"  # 4 x A100-40GB
 

@@ -11,7 +11,7 @@ from typing import Any
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.profile.importer import import_file
 from hetplan.profile.store import save_profile
-from hetplan.run.measure import Measurement, RankFigures
+from hetplan.run.measurement.measure import Measurement, RankFigures
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 LOCAL = CLUSTERS / "local-cpu.yaml"

@@ -21,7 +21,7 @@ from hetplan.plan.search import Ranking, SearchOptions, search
 from hetplan.planspec import ModelRef, Plan
 from hetplan.planspec.strategies import ASYNC_VARIANTS, spec_of
 from hetplan.predict import plan_from_options
-from hetplan.run.model import source_for
+from hetplan.run.setup.model import source_for
 from hetplan.run.train import check_plan
 
 VARIANT_FIELDS: dict[str, dict[str, Any]] = {

@@ -38,8 +38,8 @@ from hetplan.profile.model import CPU_TYPE, ProfileRequest, profile_model, torch
 from hetplan.profile.select import compute_model
 from hetplan.profile.store import find_profile, save_profile
 from hetplan.profile.timing import thread_scope
-from hetplan.run.launch import RunError
-from hetplan.run.measure import Measurement, with_predicted_memory
+from hetplan.run.launch.spawn import RunError
+from hetplan.run.measurement.measure import Measurement, with_predicted_memory
 from hetplan.run.train import measure_plan
 from hetplan.serde import to_data
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from hetplan.bench.suite import HETEROGENEOUS, PIPELINES
 from hetplan.bench.types import PLANNER, CaseResult, RankMemory
-from hetplan.run.measure import percentile
+from hetplan.run.measurement.measure import percentile
 
 PICK_TOLERANCE = 0.05
 """Issue 6's target: the pick within 5% of the measured fastest."""

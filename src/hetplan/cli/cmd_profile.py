@@ -18,7 +18,7 @@ from hetplan.cli.paths import check_output, check_output_dir
 from hetplan.cli.status import working
 from hetplan.cluster.config import load_cluster, load_cluster_config, write_cluster_config
 from hetplan.errors import HetplanError, InputError
-from hetplan.run.launch import launch_local
+from hetplan.run.launch.spawn import launch_local
 from hetplan.serde import to_data
 from hetplan.units import fmt_bytes
 
@@ -358,7 +358,7 @@ def profile_power(
     GPUs, RAPL on CPUs where readable) and fit the power model's idle and max watts, stored
     with the profiles (used by plan, predict, train and tune unless --analytical)."""
     from hetplan.profile.power_store import record_power_points
-    from hetplan.run.power_profile import measure_power_points
+    from hetplan.run.meters.power_profile import measure_power_points
 
     if out is not None:
         check_output_dir(out, "--out")

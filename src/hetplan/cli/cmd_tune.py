@@ -29,7 +29,7 @@ from hetplan.cli.search_options import (
 )
 from hetplan.cli.status import Terminal
 from hetplan.errors import InputError
-from hetplan.run.trial import DEFAULT_REL_HALFWIDTH
+from hetplan.run.loop.trial import DEFAULT_REL_HALFWIDTH
 from hetplan.units import fmt_seconds
 
 # The flow (search, runtime: numpy and torch) loads inside the command: `hetplan --help` stays

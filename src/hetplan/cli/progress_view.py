@@ -1,4 +1,4 @@
-"""One live line on stderr that follows a run's step logs (see :mod:`hetplan.run.steplog`):
+"""One live line on stderr that follows a run's step logs (see :mod:`hetplan.run.loop.steplog`):
 
 training  step 12/40  loss 0.4123  step 85.00 ms  1204 samples/s  ETA 2.4 s
 """
@@ -14,7 +14,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
-from hetplan.run.steplog import Progress, StepLogReader, StepSummary, complete_steps, progress_of
+from hetplan.run.loop.steplog import (
+    Progress,
+    StepLogReader,
+    StepSummary,
+    complete_steps,
+    progress_of,
+)
 from hetplan.units import fmt_seconds
 
 RATE_DIGITS = 3  # significant digits of a samples/s figure below 100

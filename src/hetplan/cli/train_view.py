@@ -13,7 +13,7 @@ from rich.table import Table
 from hetplan.cli.output import console
 from hetplan.plan.staleness import is_asynchronous, staleness_text
 from hetplan.planspec.trace import TraceComparison
-from hetplan.run.measure import Measurement, memory_error
+from hetplan.run.measurement.measure import Measurement, memory_error
 from hetplan.serde import to_data
 from hetplan.units import BYTES_NOTE, fmt_bytes, fmt_joules, fmt_percent, fmt_seconds, plural
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hetplan.run.writeback_types import WriteBack, Written
+from hetplan.run.measurement.writeback_types import WriteBack, Written
 
 
 def _sizes(sizes: tuple[int, ...]) -> str:

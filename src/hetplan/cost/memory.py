@@ -40,7 +40,7 @@ OPTIMIZER_BYTES_PER_PARAM = {  # bytes/param: p, g read and p written, + each sl
 }
 # Mixed precision (model dtype bf16 or fp16): the runtime trains under
 # ``torch.autocast(device_type, dtype)`` over fp32 parameters (fp16 adds dynamic loss
-# scaling, run/precision.py), as Micikevicius et al. 2018, "Mixed Precision Training", and the
+# scaling, run/setup/precision.py), as Micikevicius et al. 2018, "Mixed Precision Training", and the
 # torch.amp docs ("Automatic Mixed Precision") describe. The graph is traced with the module
 # cast to the dtype, so ``LayerInfo.param_bytes`` count 2 B per parameter; weights, gradients
 # and communicated gradients are rescaled to fp32 (``weight_scale``, ``grad_scale``).
@@ -59,7 +59,7 @@ MIXED_GRAD_BYTES = FP32_BYTES  # bytes per parameter (fp32 gradients under autoc
 # are not cast. Charged for the parameters of layers with matmul/conv FLOPs (``fwd_flops >
 # 0``: the graph's FLOPs come from torch's FlopCounterMode, which counts only matmul,
 # convolution and attention ops), once per in-flight micro-batch: hetplan's runtime enters
-# autocast per micro-batch forward (run/executor.py), so each forward casts anew and its
+# autocast per micro-batch forward (run/execute/executor.py), so each forward casts anew and its
 # autograd graph keeps its own copy until its backward (checked on torch 2.13: three
 # forwards of an nn.Linear in three autocast regions save three bf16 weights, in one region
 # one). With recomputation the forward saves nothing: one copy, during the recomputed one.
@@ -97,7 +97,7 @@ class MemoryBreakdown:
 # While autograd differentiates a layer, the gradient of its output and the gradient of its
 # input are both alive (the first is freed after the layer's backward): two activation-sized
 # buffers of one micro-batch on top of the saved activations (reverse-mode autodiff; measured
-# with hetplan.run.memcount on gpt-tiny and resnet-tiny stages, docs/benchmarks.md).
+# with hetplan.run.meters.memcount on gpt-tiny and resnet-tiny stages, docs/benchmarks.md).
 BACKWARD_GRAD_BUFFERS = 2  # activation-sized buffers
 
 

@@ -1,7 +1,8 @@
 """CPU devices priced by their cores: a rank's intra-op threads and how its time scales.
 
 A device of a CPU type pinned to ``cpus: [c_1, ..., c_n]`` runs its rank with ``n`` intra-op
-threads (``torch.set_num_threads``, :mod:`hetplan.run._rank`); without ``cpus`` it is one core,
+threads (``torch.set_num_threads``, :mod:`hetplan.run.launch._rank`); without ``cpus`` it is one
+core,
 as the catalog's ``cpu`` type (whose figures are one core's). Calibrations and profiles record
 the thread count they were measured with; the cost model takes one measured at the device's
 count where there is one, else the nearest (:func:`nearest_threads`) scaled by Amdahl's law

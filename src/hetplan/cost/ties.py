@@ -1,6 +1,6 @@
 """Weights tied across pipeline stages (GPT's embedding and output head): copy and sync.
 
-The runtime (:class:`hetplan.run.gradsync.TieSync`) keeps a tied weight on every stage that
+The runtime (:class:`hetplan.run.execute.gradsync.TieSync`) keeps a tied weight on every stage that
 uses it; the stage holding the owning layer (the first to use it) owns it. Each later stage
 sends its partial gradient to the owner after its last backward (downstream stages finish
 first: hidden behind the owner's remaining backward) and waits, at the optimizer step, for

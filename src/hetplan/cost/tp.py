@@ -2,7 +2,7 @@
 
 The one model of TP that the planner's screening (:mod:`hetplan.plan.pricing`) and the
 simulator's input (:mod:`hetplan.predict.price`, :mod:`hetplan.cost.memory`) share. It prices
-the layout :mod:`hetplan.run.tensor_parallel` executes, from the structural facts the graph
+the layout :mod:`hetplan.run.setup.tensor_parallel` executes, from the structural facts the graph
 extractor records per layer (``LayerInfo.tp_*``, found by :mod:`hetplan.graph.tp_units`):
 
 * a **unit** (an attention: q/k/v split by output features, the output projection by input

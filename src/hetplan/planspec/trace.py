@@ -1,13 +1,14 @@
 """The one trace type: an action with a start and an end, simulated or executed.
 
 The simulator (:meth:`hetplan.simulate.timeline.Timeline.spans`) and the runtime
-(:class:`hetplan.run.executor.Executor`) both produce :class:`Span`; every consumer (the
+(:class:`hetplan.run.execute.executor.Executor`) both produce :class:`Span`; every consumer (the
 ``train`` chart, the plan page, ``bench``, the write-back, the measurement) reads it, and
 :func:`compare` is the one comparison of a simulated trace with a measured one. A leaf, like
 the rest of :mod:`hetplan.planspec`: plain numbers and strings.
 
 Times are seconds. A simulated span counts from the schedule's start; an executed one from the
-earliest start of its step among the ranks of its host (see :mod:`hetplan.run.measure`). On
+earliest start of its step among the ranks of its host (see
+:mod:`hetplan.run.measurement.measure`). On
 CUDA the executed times are device times (CUDA events on the rank's stream), on CPU the host's
 ``perf_counter``.
 """

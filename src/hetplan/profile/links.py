@@ -1,7 +1,7 @@
 """Link benchmarks: point-to-point ping-pong between every pair of ranks, and allreduce.
 
 Every rank runs :func:`link_bench_rank` under torch.distributed (gloo on CPU, NCCL on GPU,
-started by :func:`hetplan.run.launch.launch_local`). Pairs are measured one at a time while
+started by :func:`hetplan.run.launch.spawn.launch_local`). Pairs are measured one at a time while
 the other ranks wait at a barrier, so a pair has its link to itself. One-way time is half the
 round trip. The figures are fitted by least squares:
 

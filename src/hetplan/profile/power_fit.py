@@ -2,7 +2,7 @@
 file in the profile store, and its use in place of the catalog's figures.
 
 Below the planner and free of torch, so that ``plan`` and ``predict`` read fits without loading
-the runtime; the measuring is :mod:`hetplan.run.power_profile`'s.
+the runtime; the measuring is :mod:`hetplan.run.meters.power_profile`'s.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ device type's idle and maximum power. Where an energy counter exists, measured p
 the catalog's figures:
 
 - ``hetplan profile-power`` measures a device at rest (``u = 0``) and under a dense matrix
-  multiply loop (``u = 1``) (:mod:`hetplan.run.power_profile`);
+  multiply loop (``u = 1``) (:mod:`hetplan.run.meters.power_profile`);
 - ``hetplan train`` adds one point per GPU rank of every run with measured energy: its busy
   fraction (compute over step time) and its average watts.
 

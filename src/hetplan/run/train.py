@@ -1,7 +1,7 @@
 """Execute a plan on this machine and measure it: the library behind ``hetplan train``.
 
-Every rank is given a :class:`~hetplan.run.job.TrainJob` and returns a
-:class:`~hetplan.run.job.RankResult` (:mod:`hetplan.run.worker`).
+Every rank is given a :class:`~hetplan.run.loop.job.TrainJob` and returns a
+:class:`~hetplan.run.loop.job.RankResult` (:mod:`hetplan.run.loop.worker`).
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from hetplan.graph.split import split_program
 from hetplan.graph.tp_units import TpLayout
 from hetplan.planspec import Plan
 from hetplan.planspec.strategies import spec_of
-from hetplan.run.checkpoint import find_checkpoint, read_info
-from hetplan.run.data import canonical_ref, load_data
-from hetplan.run.job import RankResult, TrainJob
-from hetplan.run.launch import NodeRun, launch_local, launch_node
-from hetplan.run.layout import check_executable, run_devices
-from hetplan.run.measure import Measurement, summarize
-from hetplan.run.model import ModelSource, layer_names, source_for
-from hetplan.run.placement import check_local_devices, rank_devices
-from hetplan.run.steplog import StepLogWriter
-from hetplan.run.tensor_parallel import layout_for
-from hetplan.run.trial import StopRule
-from hetplan.run.worker import train_and_gather, train_rank
+from hetplan.run.launch.placement import check_local_devices, rank_devices
+from hetplan.run.launch.spawn import NodeRun, launch_local, launch_node
+from hetplan.run.loop.job import RankResult, TrainJob
+from hetplan.run.loop.steplog import StepLogWriter
+from hetplan.run.loop.trial import StopRule
+from hetplan.run.loop.worker import train_and_gather, train_rank
+from hetplan.run.measurement.measure import Measurement, summarize
+from hetplan.run.setup.checkpoint import find_checkpoint, read_info
+from hetplan.run.setup.data import canonical_ref, load_data
+from hetplan.run.setup.layout import check_executable, run_devices
+from hetplan.run.setup.model import ModelSource, layer_names, source_for
+from hetplan.run.setup.tensor_parallel import layout_for
 
 
 def check_plan(
@@ -71,12 +71,12 @@ class Training:
     checkpoint_every: int = 0
     """Also every this many steps (0: only at the end)."""
     log_dir: Path | None = None
-    """Where ranks write their per-step JSON lines (:mod:`hetplan.run.steplog`)."""
+    """Where ranks write their per-step JSON lines (:mod:`hetplan.run.loop.steplog`)."""
     trial: StopRule | None = None
     """Stop early by this rule (``hetplan tune``'s trials)."""
     lr: float | None = None
-    """Learning rate (None: the optimizer's default, :data:`hetplan.run.worker.SGD_LR` /
-    :data:`~hetplan.run.worker.ADAM_LR`)."""
+    """Learning rate (None: the optimizer's default, :data:`hetplan.run.loop.worker.SGD_LR` /
+    :data:`~hetplan.run.loop.worker.ADAM_LR`)."""
 
 
 def check_training(plan: Plan, training: Training) -> Path | None:
@@ -191,7 +191,7 @@ def _job(
     layout: TpLayout | None,
     return_grads: bool = False,
 ) -> TrainJob:
-    """What every rank is given (:func:`hetplan.run.worker.train_rank`)."""
+    """What every rank is given (:func:`hetplan.run.loop.worker.train_rank`)."""
     return TrainJob(
         plan=plan,
         source=source,
@@ -223,7 +223,7 @@ def run_node(
     training: Training | None = None,
     on_tick: Callable[[], None] | None = None,
 ) -> list[RankResult] | None:
-    """This node's part of a run over several nodes (:mod:`hetplan.run.commands`): every
+    """This node's part of a run over several nodes (:mod:`hetplan.run.launch.commands`): every
     rank's raw result, by rank, on the node of rank 0; None on the others.
     ``rdzv_timeout_s`` bounds the wait for the other nodes to start."""
     src = source_for(plan.model)

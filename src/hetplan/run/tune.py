@@ -2,9 +2,9 @@
 and train the remaining steps with it (``hetplan tune``).
 
 The trials train the model: they run one after another, each resuming the checkpoint the
-previous one left (:mod:`hetplan.run.checkpoint`, across plans), and the winner resumes the
+previous one left (:mod:`hetplan.run.setup.checkpoint`, across plans), and the winner resumes the
 last trial's state. The steps of every trial count towards the total, so a tune of ``N`` steps
-trains exactly ``N`` steps. A trial ends early by :class:`hetplan.run.trial.StopRule`: once its
+trains exactly ``N`` steps. A trial ends early by :class:`hetplan.run.loop.trial.StopRule`: once its
 mean iteration time is known to the stated precision, or (objective time) once it is clearly
 slower than the best trial so far.
 
@@ -26,13 +26,13 @@ from hetplan.cost import power as pw
 from hetplan.errors import InputError
 from hetplan.plan.objective import Limits, Metrics, Objective
 from hetplan.planspec import Plan
-from hetplan.run.energy_check import with_energy
-from hetplan.run.launch import RunError
-from hetplan.run.layout import run_devices
-from hetplan.run.measure import Measurement, with_prediction
-from hetplan.run.model import ModelSource, source_for
+from hetplan.run.launch.spawn import RunError
+from hetplan.run.loop.trial import DEFAULT_MIN_TIMED, DEFAULT_REL_HALFWIDTH, StopRule
+from hetplan.run.measurement.energy_check import with_energy
+from hetplan.run.measurement.measure import Measurement, with_prediction
+from hetplan.run.setup.layout import run_devices
+from hetplan.run.setup.model import ModelSource, source_for
 from hetplan.run.train import Training, check_plan, measure_plan
-from hetplan.run.trial import DEFAULT_MIN_TIMED, DEFAULT_REL_HALFWIDTH, StopRule
 
 TIME_METRICS = ("time", "throughput")
 """Objectives for which a slower trial has lost (early stop on being clearly slower)."""

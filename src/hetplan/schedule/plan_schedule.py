@@ -83,7 +83,7 @@ def execution_schedule(
 ) -> Schedule:
     """The plan's schedule as the runtime runs it; ``stage_tensor_bytes[s][i]``: bytes of each
     gradient tensor of layer ``i`` of stage ``s`` (the bucket assignment of
-    :mod:`hetplan.run.gradsync`).
+    :mod:`hetplan.run.execute.gradsync`).
 
     Windowed plans (asynchronous PipeDream, WSP) run ``iterations`` training steps as one
     continuous schedule (the pipeline drains only at its end); the others run one iteration

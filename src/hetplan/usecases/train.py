@@ -20,12 +20,12 @@ from hetplan.plan.stamp import check_cluster
 from hetplan.planspec import Plan
 from hetplan.profile.power_store import PowerRecord, record_power_points, with_power_fits
 from hetplan.report.gantt import Panel, bars_of, gantt_figure, gantt_page
-from hetplan.run.commands import node_commands, node_run
-from hetplan.run.energy_check import gpu_power_points, type_limit_w, with_energy
-from hetplan.run.job import RankResult
-from hetplan.run.launch import NodeRun, RunError
-from hetplan.run.layout import run_devices
-from hetplan.run.measure import (
+from hetplan.run.launch.commands import node_commands, node_run
+from hetplan.run.launch.spawn import NodeRun, RunError
+from hetplan.run.loop.job import RankResult
+from hetplan.run.loop.steplog import complete_steps, merge, read_records
+from hetplan.run.measurement.energy_check import gpu_power_points, type_limit_w, with_energy
+from hetplan.run.measurement.measure import (
     Measurement,
     default_path,
     save_measurement,
@@ -34,9 +34,10 @@ from hetplan.run.measure import (
     with_prediction,
     with_trace,
 )
-from hetplan.run.model import source_for
-from hetplan.run.precision import PRECISIONS
-from hetplan.run.steplog import complete_steps, merge, read_records
+from hetplan.run.measurement.writeback import WriteBack, write_measured
+from hetplan.run.setup.layout import run_devices
+from hetplan.run.setup.model import source_for
+from hetplan.run.setup.precision import PRECISIONS
 from hetplan.run.train import (
     Training,
     check_plan,
@@ -47,7 +48,6 @@ from hetplan.run.train import (
     run_plan,
 )
 from hetplan.run.tune import idle_devices, idle_watts
-from hetplan.run.writeback import WriteBack, write_measured
 from hetplan.serde import load_file, write_text_atomic
 from hetplan.simulate.timeline import Timeline
 from hetplan.units import plural

@@ -14,9 +14,9 @@ from typing import Any
 from hetplan.cluster.spec import Cluster
 from hetplan.plan.options import SearchOptions
 from hetplan.plan.search import Ranking
-from hetplan.run.measure import save_measurement
+from hetplan.run.loop.trial import DEFAULT_REL_HALFWIDTH
+from hetplan.run.measurement.measure import save_measurement
 from hetplan.run.train import Training, check_training
-from hetplan.run.trial import DEFAULT_REL_HALFWIDTH
 from hetplan.run.tune import Candidate, Trial, TuneResult, TuneSettings, tune
 from hetplan.serde import to_data, write_json_atomic
 from hetplan.usecases.feedback import SILENT, Feedback, Tick

@@ -1,7 +1,0 @@
-"""Imported first by the ranks' forkserver (its preload): it dies with the agent that started
-it, so that no forkserver outlives a killed run (see :func:`hetplan.run.launch.die_with_parent`).
-Not an API."""
-
-from hetplan.run.launch import die_with_parent
-
-die_with_parent()

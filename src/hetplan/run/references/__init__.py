@@ -1,0 +1,1 @@
+"""One-process reference runs the distributed ones are checked against."""

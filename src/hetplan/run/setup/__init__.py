@@ -1,0 +1,2 @@
+"""What each rank holds: its ranks' layout, layers (deferred init), tensor-parallel shards,
+data, precision, checkpoints."""
