@@ -17,6 +17,13 @@ import pytest
 
 from hetplan.cluster.spec import DeviceType
 from hetplan.errors import InputError
+from hetplan.profile.power_fit import (
+    PowerFit,
+    apply_power_fit,
+    fit_utilization_power,
+    load_power_fit,
+    save_power_fit,
+)
 from hetplan.profile.store import load_profiles
 from hetplan.run.meters import energy
 from hetplan.run.meters.energy import (
@@ -24,16 +31,11 @@ from hetplan.run.meters.energy import (
     EnergyWindow,
     MeterUnavailableError,
     NvmlMeter,
-    PowerFit,
     RaplMeter,
-    apply_power_fit,
     average_watts,
-    fit_utilization_power,
-    load_power_fit,
     meter_for,
     modelled_energy_j,
     rapl_package_domains,
-    save_power_fit,
 )
 
 # ---------------------------------------------------------------------------- fake RAPL
