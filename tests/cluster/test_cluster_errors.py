@@ -120,3 +120,24 @@ def test_error_from_file_names_the_path(tmp_path: Path) -> None:
     f.write_text(yaml.safe_dump(data))
     with pytest.raises(InputError, match=r"c\.yaml: nodes\.0\.devices\.0\.type: unknown"):
         load_cluster(f)
+
+
+@pytest.mark.parametrize("count", [100_001, 10**12])
+def test_a_count_typo_is_refused_before_any_device_is_built(count: int) -> None:
+    """Issue 28: ``count: 1000000000000`` filled memory for minutes before anything was said.
+    The size is checked from the counts; the message names the file, the field and the limit."""
+    data = copy.deepcopy(GOOD)
+    _set(data, "nodes.1.devices.0.count", count)
+    with pytest.raises(InputError) as err:
+        cluster_from_data(data, "bad.yaml")
+    assert str(err.value) == (
+        f"bad.yaml: {count + 2:,} devices (the largest group: nodes.1.devices.0.count = "
+        f"{count:,}); expected at most 100,000 to plan, predict or run (`hetplan cluster "
+        "show` summarises larger files)"
+    )
+
+
+def test_the_largest_resolvable_cluster_resolves() -> None:
+    data = copy.deepcopy(GOOD)
+    _set(data, "nodes.1.devices.0.count", 100_000 - 2)
+    assert len(cluster_from_data(data, "big.yaml").devices) == 100_000

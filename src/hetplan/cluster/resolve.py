@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 
 # Microseconds per second; dividing (not multiplying by 1e-6) keeps 5 us == 5e-6 exactly.
 PER_S = 1e6
+MAX_RESOLVED_DEVICES = 100_000
+"""Most devices a cluster may hold to be resolved (one object per device: what ``plan``,
+``predict`` and ``train`` read). Checked from the counts before any device is built, so a
+typo such as ``count: 1000000000000`` is refused at once instead of filling memory (issue 28).
+The search's own limit is the same (``plan.search.MAX_SEARCH_DEVICES``); ``cluster show``
+summarises files of up to ``cluster.summary.MAX_DEVICES`` without resolving them."""
 
 
 def resolve_link(cfg: LinkConfig) -> Link:
@@ -144,12 +150,30 @@ def _node_devices(
     return devices
 
 
+def _check_size(config: ClusterConfig, source: str) -> None:
+    """InputError, naming the largest ``count``, for more than MAX_RESOLVED_DEVICES devices."""
+    counts = [
+        (g.count, f"nodes.{i}.devices.{j}.count")
+        for i, node in enumerate(config.nodes)
+        for j, g in enumerate(node.devices)
+    ]
+    total = sum(c for c, _ in counts)
+    if total > MAX_RESOLVED_DEVICES:
+        count, where = max(counts)
+        raise InputError(
+            f"{source}: {total:,} devices (the largest group: {where} = {count:,}); expected at "
+            f"most {MAX_RESOLVED_DEVICES:,} to plan, predict or run (`hetplan cluster show` "
+            "summarises larger files)"
+        )
+
+
 def _pair_key(a: str, b: str) -> tuple[str, str]:
     return (a, b) if a < b else (b, a)
 
 
 def resolve_config(config: ClusterConfig, source: str) -> Cluster:
     """Resolve a validated :class:`ClusterConfig` into a :class:`Cluster` (SI units)."""
+    _check_size(config, source)
     types = _types(config, source)
     devices: list[Device] = []
     intra: dict[str, Link] = {}

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from hetplan.cluster.resolve import MAX_RESOLVED_DEVICES
 from hetplan.cluster.spec import Cluster
 from hetplan.cost.types import ComputeModel
 from hetplan.errors import InputError
@@ -35,9 +36,10 @@ from hetplan.serde import to_data
 
 __all__ = ["Ranked", "Ranking", "SearchOptions", "search"]
 
-MAX_SEARCH_DEVICES = 100_000
-"""Largest cluster searched: its devices are materialised once (ids, pricing keys), and a
-10,000-device search takes ~7 s here (docs/benchmarks.md, "Planner speed")."""
+MAX_SEARCH_DEVICES = MAX_RESOLVED_DEVICES
+"""Largest cluster searched (every resolvable one): its devices are materialised once (ids,
+pricing keys), and a 10,000-device search takes ~7 s here (docs/benchmarks.md, "Planner
+speed")."""
 CLOSE_FAMILY_RATIO = 1.5
 """Families whose best estimate is within this factor of the best get SIMULATED_PER_FAMILY
 simulations; the others get one (to show in the table)."""
