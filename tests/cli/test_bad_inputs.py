@@ -219,3 +219,19 @@ def test_cluster_show_of_a_million_devices_answers(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "1,000,000" in proc.stdout or "1000000" in proc.stdout
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_an_unwritable_html_path_is_refused_before_the_plan_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28: ``plan --html /proc/x.html`` failed after writing plan.json. Permission bits
+    allow it (as root, /proc is "writable"), so the folder is probed with a temporary file."""
+    out = tmp_path / "plan.json"
+    argv = ["plan", *TINY, "--cluster", LOCAL, "--out", str(out), "--html", "/proc/x.html"]
+    code, err = _run(argv, capsys)
+    assert code == 2, err
+    # As root the probe refuses ("cannot write in /proc"); otherwise the permission bits do.
+    assert err.startswith("hetplan: error: --html /proc/x.html: "), err
+    assert "cannot write in /proc" in err or "not writable" in err, err
+    assert not out.exists()

@@ -3,12 +3,15 @@
 A command that would measure for minutes and then fail to write its result loses the result;
 so every ``--out``-like option is checked first: the nearest existing ancestor must be a
 writable folder, and the path itself must not be a folder (for a file) or a file (for a
-folder). Folders are created only when the result is written.
+folder). Folders are created only when the result is written. Permission bits do not say
+everything (root may "write" to ``/proc``, a read-only mount grants ``W_OK``), so the folder
+is also probed with a temporary file, removed at once.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
@@ -39,6 +42,19 @@ def _check_ancestor(path: Path, option: str) -> None:
         raise InputError(f"{option} {path}: {base} is a file, not a folder")
     if not os.access(base, os.W_OK | os.X_OK):
         raise InputError(f"{option} {path}: folder {base} is not writable")
+    _probe(base, path, option)
+
+
+def _probe(folder: Path, path: Path, option: str) -> None:
+    """Create and remove a temporary file in ``folder``: InputError with the reason if the
+    system refuses (a pseudo-filesystem, a read-only mount, a full disk's quota)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder, prefix=".hetplan-probe-"):
+            pass
+    except OSError as err:
+        raise InputError(
+            f"{option} {path}: cannot write in {folder} ({err.strerror or err})"
+        ) from None
 
 
 def check_output(path: Path, option: str) -> None:
