@@ -13,6 +13,7 @@ too. This module is torch-free: the curves are plain numbers.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -21,6 +22,16 @@ from hetplan.graph.types import OP_CLASSES
 TINY_INTENSITY = 1e-9  # FLOPs per byte: stands for 0 in logarithms
 MEMORY_CLASS = "memory"
 """The class priced by bytes moved; every other class by FLOPs."""
+PER_CALL = "per-call"
+"""Each probe call timed alone, the device synchronised after it: on a GPU its launch and
+synchronisation are in every point (calibrations written before issue 30 were timed so)."""
+STREAM = "stream"
+"""Probe calls issued back to back and timed on the device's stream, as training issues them."""
+TIMINGS = (PER_CALL, STREAM)
+DEVICE_KERNEL_MIN_S = 3e-6
+"""Seconds: device time of the smallest kernel on a current GPU, left in place of a per-call
+timing's floor (:func:`on_stream`). An elementwise kernel over a few KB runs 2-5 us in Nsight
+Systems traces on A100/H100; the learned fit (:mod:`hetplan.cost.learned`) absorbs the rest."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +121,25 @@ class Calibration:
     """UTC time, ISO 8601."""
     torch_version: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    timing: str = PER_CALL
+    """How the points were timed (:data:`TIMINGS`)."""
+    issue_s: float | None = None
+    """Host seconds to issue one kernel with nothing to wait for (framework dispatch and
+    launch), measured by ``calibrate``; None where not measured."""
+
+    def __post_init__(self) -> None:
+        if self.timing not in TIMINGS:
+            raise ValueError(f"timing: {self.timing!r}; expected one of {', '.join(TIMINGS)}")
+
+    @property
+    def synchronous(self) -> bool:
+        """A CPU's calibration: its kernels run on the calling thread, so a per-call time is
+        the device's own."""
+        return self.device.startswith("cpu")
+
+    def call_floor_s(self) -> float:
+        """The smallest time of any point: on a GPU timed per call, its launch and sync."""
+        return min(p.seconds for c in self.curves for p in c.points)
 
     def family(self, op_class: str, backward: bool) -> list[RateCurve]:
         """The class's curves for the pass by intensity; a backward without curves of its own
@@ -138,6 +168,28 @@ class Calibration:
         lo, hi = curves[i - 1].seconds(work), curves[i].seconds(work)
         f = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
         return math.exp(math.log(lo) + f * (math.log(hi) - math.log(lo))) if lo > 0 else 0.0
+
+
+def on_stream(cal: Calibration) -> Calibration:
+    """``cal`` as kernels issued back to back see it: a GPU calibration timed per call has its
+    floor (the smallest point, launch and synchronisation, about 28 us on the H100 of
+    ``shared/gpu-truth``) replaced by :data:`DEVICE_KERNEL_MIN_S` in every point; the host's
+    issue cost is priced apart (:mod:`hetplan.cost.learned`). Stream-timed and CPU
+    calibrations are returned as they are."""
+    if cal.timing == STREAM or cal.synchronous:
+        return cal
+    shift = cal.call_floor_s() - DEVICE_KERNEL_MIN_S
+    if shift <= 0:
+        return cal
+
+    def point(p: RatePoint) -> RatePoint:
+        return RatePoint(work=p.work, seconds=max(p.seconds - shift, DEVICE_KERNEL_MIN_S))
+
+    curves = tuple(
+        dataclasses.replace(c, points=tuple(point(p) for p in c.points)) for c in cal.curves
+    )
+    note = f"per-call floor of {cal.call_floor_s() * 1e6:.1f} us taken out (on_stream)"
+    return dataclasses.replace(cal, curves=curves, timing=STREAM, notes=(*cal.notes, note))
 
 
 def calibration_key(device_type: str, dtype: str) -> tuple[str, str]:

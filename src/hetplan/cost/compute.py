@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hetplan.cluster.spec import Device
-from hetplan.cost.calibration import MEMORY_CLASS, Calibration
+from hetplan.cost.calibration import MEMORY_CLASS, Calibration, on_stream
 from hetplan.cost.op_classes import ClassRates, pass_time
 from hetplan.cost.roofline import roofline_time
 from hetplan.cost.threads import (
@@ -126,10 +126,11 @@ class AnalyticalCompute:
         self.matmul_tf32 = matmul_tf32
         self.calibrations: dict[str, list[Calibration]] = {}
         """Per device type name, its calibrations in this dtype, oldest first (pass them sorted:
-        the newest wins among equals)."""
+        the newest wins among equals), as kernels issued back to back see them (a GPU's
+        per-call floor taken out: :func:`hetplan.cost.calibration.on_stream`)."""
         for c in calibrations:
             if c.dtype == dtype:
-                self.calibrations.setdefault(c.device_type, []).append(c)
+                self.calibrations.setdefault(c.device_type, []).append(on_stream(c))
         self._arrays: dict[int, tuple[ModelGraph, _GraphArrays]] = {}
         self._costs: dict[tuple[object, ...], list[LayerCost]] = {}
 

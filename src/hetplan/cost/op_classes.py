@@ -66,22 +66,31 @@ def pass_time(
     layer: LayerInfo, backward: bool, batch: float, weight_passes: int, rates: ClassRates
 ) -> float:
     """Seconds of one pass of ``layer`` for ``batch`` samples (before the device's speed)."""
+    return sum(class_times(layer, backward, batch, weight_passes, rates).values())
+
+
+def class_times(
+    layer: LayerInfo, backward: bool, batch: float, weight_passes: int, rates: ClassRates
+) -> dict[str, float]:
+    """Seconds of each class's kernels in one pass of ``layer`` (their sum is
+    :func:`pass_time`); a layer with no kernels but weights bills them to ``memory``."""
     works = [w for w in layer.work if w.backward == backward]
     flops = sum(w.flops for w in works if w.op_class != MEMORY_CLASS)
     weights = float(weight_passes * layer.param_bytes)
     shape = {w.op_class: _intensity(w) for w in layer.work if not w.backward}
-    total = 0.0
+    out: dict[str, float] = {}
     for w in works:
         if w.op_class == MEMORY_CLASS:
             extra = weights if flops <= 0 else 0.0
-            total += _memory_time(w, batch, extra, rates)
+            t = _memory_time(w, batch, extra, rates)
         else:
             intensity = shape.get(w.op_class, _intensity(w))
             share = w.flops / flops if flops > 0 else 0.0  # weights go with the FLOPs
-            total += _compute_time(w, batch, weights * share, intensity, rates)
+            t = _compute_time(w, batch, weights * share, intensity, rates)
+        out[w.op_class] = out.get(w.op_class, 0.0) + t
     if not works and weights > 0:
-        total += weights / rates.bandwidth
-    return total
+        out[MEMORY_CLASS] = weights / rates.bandwidth
+    return out
 
 
 def _memory_time(w: OpWork, batch: float, weights: float, rates: ClassRates) -> float:

@@ -1,0 +1,147 @@
+"""What a device type's measured layers teach about every other model on it (issue 30).
+
+The calibrated roofline (:mod:`hetplan.cost.op_classes`) prices each operation class of a layer
+from probes of one operation; real layers differ (fused kernels, cuDNN's choices, the host
+issuing kernels). Per-layer profiles of *other* models on the same device type and dtype
+correct it, class by class and pass by pass::
+
+    t(layer) = max( sum_c s_c T_c(layer),  h_layer + h_kernel K(layer) )
+
+``T_c`` is the calibrated (or catalog) time of the layer's class-``c`` kernels on a stream
+(:func:`hetplan.cost.calibration.on_stream`), ``s_c`` the learned scale of that class in that
+pass, and the second term is the host: what issuing the layer's ``K`` kernels takes (framework
+dispatch and launch, plus a fixed cost per layer call), which a GPU cannot beat however fast
+its kernels are. The two overlap (the host issues ahead while the device runs), hence the
+bound of both, not their sum. The fit minimises robust (soft-L1) relative errors in log space
+over every measured layer and batch size; a weak prior holds the scales of classes the models
+barely use at 1 (:data:`SCALE_PRIOR`). This module is torch-free: scipy does the fit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from hetplan.graph.types import OP_CLASSES
+
+FloatArray = npt.NDArray[np.float64]
+
+SCALE_PRIOR = 0.3
+"""Weight of each log-scale in the fit's residuals (a scale of 1 costs nothing): a class the
+models hardly use keeps the calibration's rate instead of an arbitrary one. Chosen on the
+leave-one-out benchmark (``benchmarks/bench_transfer.py``): 0.3 and 1.0 differ by < 2 points."""
+ROBUST_LOG_ERROR = 0.2
+"""Log-error (about 20%) past which a layer's residual counts linearly (soft-L1): a layer
+whose profile caught a hook or a stall does not drag the fit."""
+START_LAYER_S = 1e-4
+"""Seconds: starting host cost per layer call (fitted; the H100 profiles give 15-110 us)."""
+START_KERNEL_S = 2e-5
+"""Seconds: starting host cost per kernel (fitted; the H100 profiles give 26-96 us)."""
+MIN_MODELS = 2
+"""Models a fit needs: one model's layers cannot separate its classes from its quirks."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerSample:
+    """One measured pass of one layer at one batch size, with what the calibration says."""
+
+    model: str
+    backward: bool
+    class_s: tuple[float, ...]
+    """Seconds of each class of :data:`OP_CLASSES` as calibrated (``T_c``)."""
+    kernels: int
+    measured_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassFit:
+    """The learned correction of one device type and dtype."""
+
+    device_type: str
+    dtype: str
+    scales: tuple[tuple[float, ...], tuple[float, ...]]
+    """Per pass (forward, backward), each class's factor on its calibrated time."""
+    layer_s: tuple[float, float]
+    """Host seconds per layer call, per pass."""
+    kernel_s: tuple[float, float]
+    """Host seconds per kernel issued, per pass."""
+    models: tuple[str, ...]
+    """The models whose profiles it was fitted on."""
+    samples: int
+    median_error: float
+    """Median |relative error| over the samples it was fitted on."""
+
+    def seconds(self, class_s: Sequence[float], kernels: int, backward: bool) -> float:
+        """One pass of a layer: the bound of its device and host times (module doc)."""
+        p = int(backward)
+        device = sum(s * t for s, t in zip(self.scales[p], class_s, strict=True))
+        host = self.layer_s[p] + self.kernel_s[p] * kernels
+        return max(device, host)
+
+    def host_bound(self, class_s: Sequence[float], kernels: int, backward: bool) -> bool:
+        """Whether the host, not the device, sets this pass's time."""
+        p = int(backward)
+        device = sum(s * t for s, t in zip(self.scales[p], class_s, strict=True))
+        return self.layer_s[p] + self.kernel_s[p] * kernels > device
+
+    @property
+    def label(self) -> str:
+        return f"learned on {self.device_type} from {len(self.models)} models"
+
+
+_N = len(OP_CLASSES)
+
+
+def _unpack(theta: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
+    e = np.exp(theta)
+    return e[: 2 * _N].reshape(2, _N), e[2 * _N : 2 * _N + 2], e[2 * _N + 2 :]
+
+
+def _predict(
+    theta: FloatArray, feats: FloatArray, kernels: FloatArray, p: npt.NDArray[np.int_]
+) -> FloatArray:
+    scales, layer_s, kernel_s = _unpack(theta)
+    device = (feats * scales[p]).sum(axis=1)
+    out: FloatArray = np.maximum(device, layer_s[p] + kernel_s[p] * kernels)
+    return out
+
+
+def fit_classes(samples: Sequence[LayerSample], device_type: str, dtype: str) -> ClassFit:
+    """The correction that best explains ``samples`` (module doc). ValueError with fewer than
+    :data:`MIN_MODELS` models or no sample with a positive time."""
+    from scipy.optimize import least_squares  # noqa: PLC0415 (loaded only when a fit is made)
+
+    good = [s for s in samples if s.measured_s > 0 and sum(s.class_s) > 0]
+    models = tuple(sorted({s.model for s in good}))
+    if len(models) < MIN_MODELS:
+        raise ValueError(f"a fit needs measured layers of {MIN_MODELS} models; got {len(models)}")
+    feats = np.array([s.class_s for s in good], dtype=np.float64)
+    kernels = np.array([s.kernels for s in good], dtype=np.float64)
+    p = np.array([int(s.backward) for s in good])
+    log_measured = np.log([s.measured_s for s in good])
+    start = np.concatenate(
+        [np.zeros(2 * _N), np.log([START_LAYER_S] * 2), np.log([START_KERNEL_S] * 2)]
+    )
+
+    def residuals(theta: FloatArray) -> FloatArray:
+        err = np.log(_predict(theta, feats, kernels, p)) - log_measured
+        return np.concatenate([err, SCALE_PRIOR * theta[: 2 * _N]])
+
+    sol = least_squares(residuals, start, loss="soft_l1", f_scale=ROBUST_LOG_ERROR)
+    theta = np.asarray(sol.x, dtype=np.float64)
+    scales, layer_s, kernel_s = _unpack(theta)
+    errors = np.abs(_predict(theta, feats, kernels, p) / np.exp(log_measured) - 1.0)
+    return ClassFit(
+        device_type=device_type,
+        dtype=dtype,
+        scales=(tuple(map(float, scales[0])), tuple(map(float, scales[1]))),
+        layer_s=(float(layer_s[0]), float(layer_s[1])),
+        kernel_s=(float(kernel_s[0]), float(kernel_s[1])),
+        models=models,
+        samples=len(good),
+        median_error=float(np.median(errors)) if len(errors) else math.nan,
+    )

@@ -1,0 +1,143 @@
+"""A compute model that prices every model on a device type from what other models taught.
+
+Per device (issue 30, items 3 and 4):
+
+1. its type has a :class:`~hetplan.cost.learned.ClassFit` in the dtype (profiles of other
+   models on it): each layer's calibrated class times through the fit, source ``learned on
+   <type> from <n> models``;
+2. else, a GPU whose type has no data and a GPU type that has a fit: that type's learned times
+   times the catalog's ratio of the two types, layer by layer (peak per dtype and memory
+   bandwidth through the roofline, as Habitat scales across GPUs; the host side is kept as
+   learned), source ``learned on <ref>, scaled to <type> by specs``;
+3. else the analytical model (calibrated or catalog) as before.
+
+Which fits exist is the :class:`FitSource`'s business (:mod:`hetplan.profile.learn` reads them
+from the profile store, lazily: a command that never prices such a device fits nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+from hetplan.cluster.catalog import device_type
+from hetplan.cluster.spec import Device
+from hetplan.cost.compute import (
+    BWD_WEIGHT_PASSES,
+    CACHE_ENTRIES,
+    FWD_WEIGHT_PASSES,
+    AnalyticalCompute,
+)
+from hetplan.cost.learned import ClassFit
+from hetplan.cost.op_classes import ClassRates, class_times
+from hetplan.cost.types import LayerCost
+from hetplan.errors import InputError
+from hetplan.graph.types import OP_CLASSES, LayerInfo, ModelGraph
+
+
+class FitSource(Protocol):
+    """Learned fits by device type, in one dtype."""
+
+    def fit(self, device_type: str) -> ClassFit | None:
+        """The type's fit, None where its store has too little to learn from."""
+        ...
+
+    def types(self) -> tuple[str, ...]:
+        """Device types that may have a fit (those with profiles), without fitting any."""
+        ...
+
+
+class LearnedCompute:
+    """``ComputeModel``: learned where a fit covers the device, else ``analytical`` (module doc)."""
+
+    def __init__(self, analytical: AnalyticalCompute, fits: FitSource) -> None:
+        self.analytical = analytical
+        self.fits = fits
+        self._costs: dict[tuple[object, ...], tuple[ModelGraph, list[LayerCost]]] = {}
+
+    def _reference(self, device: Device) -> ClassFit | None:
+        """A fitted GPU type to scale an unfitted GPU from (the first, by name)."""
+        if device.type.is_cpu:
+            return None
+        for name in sorted(self.fits.types()):
+            fit = self.fits.fit(name) if name != device.type.name else None
+            if fit is not None and not _is_cpu_type(name):
+                return fit
+        return None
+
+    def layer_costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
+        key = (id(graph), device.type.name, device.speed, device.cpus, batch)
+        hit = self._costs.get(key)
+        if hit is not None and hit[0] is graph:
+            return list(hit[1])
+        costs = self._price(graph, device, batch)
+        if len(self._costs) >= CACHE_ENTRIES:
+            self._costs.clear()
+        self._costs[key] = (graph, costs)
+        return list(costs)
+
+    def _price(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
+        if not any(layer.work for layer in graph.layers):
+            return self.analytical.layer_costs(graph, device, batch)
+        fit = self.fits.fit(device.type.name)
+        if fit is not None:
+            return self.learned(graph, device, batch, fit)
+        ref = self._reference(device)
+        if ref is None:
+            return self.analytical.layer_costs(graph, device, batch)
+        return self._scaled(graph, device, batch, ref)
+
+    def learned(
+        self, graph: ModelGraph, device: Device, batch: float, fit: ClassFit
+    ) -> list[LayerCost]:
+        """Every layer through ``fit`` on ``device``'s own calibrated class times."""
+        rates = self.analytical.class_rates(device)
+        scale = self.analytical.time_scale(device)
+        out = []
+        for layer in graph.layers:
+            fwd, bwd = (
+                fit.seconds(_class_vector(layer, b, batch, rates), _kernels(layer, b), b) * scale
+                for b in (False, True)
+            )
+            out.append(LayerCost(fwd_s=fwd, bwd_s=bwd, source=fit.label))
+        return out
+
+    def _scaled(
+        self, graph: ModelGraph, device: Device, batch: float, fit: ClassFit
+    ) -> list[LayerCost]:
+        ref_dev = dataclasses.replace(device, type=device_type(fit.device_type), speed=1.0)
+        learned = self.learned(graph, ref_dev, batch, fit)
+        ref = self.analytical.layer_costs(graph, ref_dev, batch)
+        mine = self.analytical.layer_costs(graph, device, batch)
+        source = f"learned on {fit.device_type}, scaled to {device.type.name} by specs"
+        return [
+            LayerCost(
+                fwd_s=lc.fwd_s * _ratio(m.fwd_s, r.fwd_s),
+                bwd_s=lc.bwd_s * _ratio(m.bwd_s, r.bwd_s),
+                source=source,
+            )
+            for lc, r, m in zip(learned, ref, mine, strict=True)
+        ]
+
+
+def _class_vector(layer: LayerInfo, backward: bool, batch: float, rates: ClassRates) -> list[float]:
+    """The layer's calibrated seconds per class of :data:`OP_CLASSES` (the fit's ``T_c``)."""
+    passes = BWD_WEIGHT_PASSES if backward else FWD_WEIGHT_PASSES
+    times = class_times(layer, backward, batch, passes, rates)
+    return [times.get(c, 0.0) for c in OP_CLASSES]
+
+
+def _kernels(layer: LayerInfo, backward: bool) -> int:
+    return layer.bwd_kernels if backward else layer.fwd_kernels
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 else 1.0
+
+
+def _is_cpu_type(name: str) -> bool:
+    """CPU types, and types the catalog does not know, serve as no GPU's reference."""
+    try:
+        return device_type(name).is_cpu
+    except InputError:
+        return True
