@@ -45,6 +45,11 @@ BWD_WEIGHT_PASSES = 2  # weight-sized memory passes in backward (read W, write d
 # semantics", section "TensorFloat-32 (TF32) on Ampere (and later) devices".
 CONV_TF32_DEFAULT = True  # torch.backends.cudnn.allow_tf32 default: fp32 convs run as TF32
 MATMUL_TF32_DEFAULT = False  # torch.backends.cuda.matmul.allow_tf32 default: matmuls stay fp32
+# Tensor cores run fp16 and bf16 at one rate on Ampere and later GPUs (equal peaks in the
+# catalog, from NVIDIA's data sheets): where a type has no fp16 calibration but a bf16 one and
+# its catalog peaks are equal, fp16 is priced on the bf16 curves (issue 30; before, fp16 fell
+# back to the catalog: gpt2 fp16 on the H100 predicted 28.8 ms, measured 62.4 ms).
+SAME_RATE_DTYPE = {"fp16": "bf16"}
 # Entries kept by one AnalyticalCompute instance before it starts over (bounds memory).
 CACHE_ENTRIES = 4096
 
@@ -128,9 +133,14 @@ class AnalyticalCompute:
         """Per device type name, its calibrations in this dtype, oldest first (pass them sorted:
         the newest wins among equals), as kernels issued back to back see them (a GPU's
         per-call floor taken out: :func:`hetplan.cost.calibration.on_stream`)."""
+        self.same_rate: dict[str, list[Calibration]] = {}
+        """Per device type, calibrations of :data:`SAME_RATE_DTYPE`'s dtype, used where the
+        type has none in ``dtype`` and its catalog peaks of both are equal."""
         for c in calibrations:
             if c.dtype == dtype:
                 self.calibrations.setdefault(c.device_type, []).append(on_stream(c))
+            elif c.dtype == SAME_RATE_DTYPE.get(dtype):
+                self.same_rate.setdefault(c.device_type, []).append(on_stream(c))
         self._arrays: dict[int, tuple[ModelGraph, _GraphArrays]] = {}
         self._costs: dict[tuple[object, ...], list[LayerCost]] = {}
 
@@ -146,7 +156,7 @@ class AnalyticalCompute:
         """The device type's calibration that prices the device, and the thread count its
         figures stand for. A GPU's: the newest. A CPU device's (``cost.threads``): the newest
         taken at the thread count nearest its own; without any, the catalog's one core."""
-        cals = self.calibrations.get(device.type.name, [])
+        cals = self.calibrations.get(device.type.name) or self._same_rate(device)
         want = device_threads(device)
         if want is None:
             return (cals[-1] if cals else None), CATALOG_THREADS
@@ -154,6 +164,12 @@ class AnalyticalCompute:
             return None, CATALOG_THREADS
         have = nearest_threads({known_threads(c.threads) for c in cals}, want)
         return [c for c in cals if known_threads(c.threads) == have][-1], have
+
+    def _same_rate(self, device: Device) -> list[Calibration]:
+        other = SAME_RATE_DTYPE.get(self.dtype)
+        if other is None or device.type.flops(self.dtype) != device.type.flops(other):
+            return []
+        return self.same_rate.get(device.type.name, [])
 
     def time_scale(self, device: Device) -> float:
         """Factor on the device type's times: its thread count's against the figures' (CPU
@@ -184,6 +200,8 @@ class AnalyticalCompute:
         (``calibrated on cpu (1 thread, scaled to 6 threads)``, ``cost.threads``)."""
         cal, have = self.calibration(device)
         base = f"calibrated on {device.type.name}" if cal is not None else "analytical"
+        if cal is not None and cal.dtype != self.dtype:
+            base += f" ({cal.dtype} curves: same peak)"
         want = device_threads(device)
         return base if want is None else base + thread_note(have, want)
 
@@ -213,6 +231,11 @@ class AnalyticalCompute:
                 )
             out.append(hit)
         times = np.array(out, dtype=np.float64).reshape(len(out), 2) * self.time_scale(device)
+        cal = rates.calibration
+        if cal is not None and cal.issue_s is not None and not cal.synchronous:
+            # The host issues ahead of a GPU: a layer takes at least its kernels' issue time.
+            kernels = np.array([[x.fwd_kernels, x.bwd_kernels] for x in graph.layers], float)
+            times = np.maximum(times, kernels.reshape(times.shape) * cal.issue_s)
         return times[:, 0].copy(), times[:, 1].copy()
 
     def _roofline_times(

@@ -35,9 +35,9 @@ import torch
 from torch.nn import functional as F  # noqa: N812
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hetplan.cost.calibration import Calibration, RateCurve, RatePoint
+from hetplan.cost.calibration import PER_CALL, STREAM, Calibration, RateCurve, RatePoint
 from hetplan.graph.ops import is_kernel, tensors
-from hetplan.profile.timing import clock_for, device_name
+from hetplan.profile.timing import Clock, clock_for, device_name
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # Probe sizes, from launch-bound kernels (~1e4 FLOPs) up: CPU sweeps stop where one kernel
@@ -255,9 +255,27 @@ PROBES: dict[str, Callable[[torch.device, torch.dtype], Iterator[Probe]]] = {
 }
 
 
+STREAM_CALLS = 20
+"""Calls of a probe issued back to back per timed batch on a GPU: the device runs them as a
+training step runs its kernels, and the first call's launch is a twentieth of the figure."""
+ISSUE_CALLS = 200
+"""Calls timed on the host to measure the issue cost of one kernel."""
+
+
 def _timed(fn: Callable[[], object], dev: torch.device, settings: Settings) -> float:
-    """Median seconds of ``fn`` over repeats lasting at least ``settings.min_time_s``."""
-    clock = clock_for(dev)
+    """Median seconds of one call of ``fn`` (:func:`time_calls`; back to back on a GPU)."""
+    return time_calls(fn, clock_for(dev), settings, stream=dev.type == "cuda")
+
+
+def time_calls(
+    fn: Callable[[], object], clock: Clock, settings: Settings, *, stream: bool
+) -> float:
+    """Median seconds of one call of ``fn`` over repeats lasting at least
+    ``settings.min_time_s``. With ``stream``, each repeat issues :data:`STREAM_CALLS` calls
+    back to back between two marks (the device's own time per call, as training sees it);
+    without, one call (on a GPU its launch and the idle device waiting for it are in the
+    figure: the ~28 us floor of the per-call calibrations in ``shared/gpu-truth``)."""
+    calls = STREAM_CALLS if stream else 1
     for _ in range(settings.warmup):
         fn()
     marks: list[tuple[object, object]] = []
@@ -266,12 +284,25 @@ def _timed(fn: Callable[[], object], dev: torch.device, settings: Settings) -> f
         len(marks) < settings.min_repeats or time.perf_counter() - began < settings.min_time_s
     ):
         start = clock.mark()
-        fn()
+        for _ in range(calls):
+            fn()
         marks.append((start, clock.mark()))
-        if dev.type == "cuda":
-            clock.finish()  # the host loop must not run ahead of the measured kernels
+        clock.finish()  # the host loop must not run ahead of the measured kernels
+    return statistics.median(clock.seconds(a, b) for a, b in marks) / calls
+
+
+def issue_cost(dev: torch.device) -> float:
+    """Host seconds to issue one kernel with nothing to wait for: :data:`ISSUE_CALLS` calls of
+    a one-element in-place multiply, timed on the host clock, the device synchronised first."""
+    x = torch.zeros(1, device=dev)
+    clock = clock_for(dev)
     clock.finish()
-    return statistics.median(clock.seconds(a, b) for a, b in marks)
+    began = time.perf_counter()
+    for _ in range(ISSUE_CALLS):
+        x.mul_(1.0)
+    elapsed = time.perf_counter() - began
+    clock.finish()
+    return elapsed / ISSUE_CALLS
 
 
 def engine_overhead(dev: torch.device, settings: Settings) -> float:
@@ -351,4 +382,6 @@ def calibrate(
         curves=tuple(curves),
         timestamp=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         torch_version=torch.__version__,
+        timing=STREAM if dev.type == "cuda" else PER_CALL,
+        issue_s=issue_cost(dev),
     )

@@ -1,0 +1,92 @@
+"""The learned correction: the host/device bound by hand, and the fit against a known law."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hetplan.cost.learned import ClassFit, LayerSample, fit_classes
+from hetplan.graph.types import OP_CLASSES
+
+MATMUL, MEMORY = OP_CLASSES.index("matmul"), OP_CLASSES.index("memory")
+
+
+def law(**over: object) -> ClassFit:
+    """Forward: matmul x2, memory x1.5; backward: all x1; host 50 us per layer call and
+    10 us per kernel forward, 100 us and 20 us backward."""
+    fwd = [1.0] * len(OP_CLASSES)
+    fwd[MATMUL], fwd[MEMORY] = 2.0, 1.5
+    fields: dict[str, object] = {
+        "device_type": "H100-SXM",
+        "dtype": "bf16",
+        "scales": (tuple(fwd), tuple([1.0] * len(OP_CLASSES))),
+        "layer_s": (50e-6, 100e-6),
+        "kernel_s": (10e-6, 20e-6),
+        "models": ("a", "b"),
+        "samples": 0,
+        "median_error": 0.0,
+    }
+    fields.update(over)
+    return ClassFit(**fields)  # type: ignore[arg-type]
+
+
+def classes(matmul: float = 0.0, memory: float = 0.0) -> list[float]:
+    out = [0.0] * len(OP_CLASSES)
+    out[MATMUL], out[MEMORY] = matmul, memory
+    return out
+
+
+def test_a_compute_bound_layer_takes_its_scaled_device_time() -> None:
+    # 1 ms of matmul and 0.2 ms of memory forward, 4 kernels: device 2*1 + 1.5*0.2 = 2.3 ms;
+    # host 50 + 4*10 = 90 us.
+    fit = law()
+    assert fit.seconds(classes(1e-3, 2e-4), 4, False) == pytest.approx(2.3e-3)
+    assert not fit.host_bound(classes(1e-3, 2e-4), 4, False)
+
+
+def test_a_launch_bound_layer_takes_its_host_time() -> None:
+    # 10 us of matmul backward in 30 kernels: device 10 us; host 100 + 30*20 = 700 us.
+    fit = law()
+    assert fit.seconds(classes(1e-5), 30, True) == pytest.approx(700e-6)
+    assert fit.host_bound(classes(1e-5), 30, True)
+
+
+def synthetic(truth: ClassFit, model: str, seed: int) -> list[LayerSample]:
+    """Samples of ``model`` whose measured time is exactly ``truth`` over varied layers."""
+    out = []
+    for i in range(40):
+        mm = 1e-6 * (1 + (7 * i + seed) % 23) ** 2  # 1 us .. 0.5 ms
+        mem = 1e-6 * (1 + (5 * i + 3 * seed) % 17) ** 2
+        kernels = 2 + (3 * i + seed) % 19
+        for backward in (False, True):
+            c = classes(mm, mem)
+            out.append(
+                LayerSample(
+                    model=model,
+                    backward=backward,
+                    class_s=tuple(c),
+                    kernels=kernels,
+                    measured_s=truth.seconds(c, kernels, backward),
+                )
+            )
+    return out
+
+
+def test_the_fit_recovers_a_known_law_from_exact_samples() -> None:
+    truth = law()
+    fit = fit_classes(synthetic(truth, "a", 1) + synthetic(truth, "b", 2), "H100-SXM", "bf16")
+    assert fit.models == ("a", "b")
+    assert fit.samples == 160
+    assert fit.median_error < 0.01
+    # Held-out layers (another seed) priced within 3% (the weak prior biases the scales a little).
+    for s in synthetic(truth, "c", 5):
+        assert fit.seconds(s.class_s, s.kernels, s.backward) == pytest.approx(
+            s.measured_s, rel=0.03
+        )
+    assert math.isclose(fit.scales[0][MATMUL], 2.0, rel_tol=0.03)
+
+
+def test_one_model_is_not_enough_to_learn_from() -> None:
+    with pytest.raises(ValueError, match="2 models"):
+        fit_classes(synthetic(law(), "a", 1), "H100-SXM", "bf16")

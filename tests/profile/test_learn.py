@@ -1,0 +1,136 @@
+"""Learning a GPU type from other models' profiles in the store (issue 30, item 3), and
+pricing an unmeasured GPU type from a learned one by its specs (item 4)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hetplan.cluster import Device, device_type
+from hetplan.cost.compute import BWD_WEIGHT_PASSES, FWD_WEIGHT_PASSES, AnalyticalCompute
+from hetplan.cost.learned import ClassFit
+from hetplan.cost.op_classes import class_times
+from hetplan.graph import build_graph
+from hetplan.graph.types import OP_CLASSES, ModelGraph
+from hetplan.planspec import ModelRef
+from hetplan.profile.fit import Stats
+from hetplan.profile.learn import StoreFits, fit_path
+from hetplan.profile.select import compute_model
+from hetplan.profile.store import load_profiles, save_profile
+from hetplan.profile.types import BatchTiming, Profile
+
+ProfileFactory = Callable[..., Profile]
+
+GPU = "H100-SXM"
+BATCHES = (2, 8, 32)
+TEACHERS = (("gpt-tiny", None), ("resnet-tiny", "cifar10"))
+"""Between them every class bert-tiny uses (matmul, attention, memory) appears."""
+
+
+def truth() -> ClassFit:
+    """The law the synthetic profiles follow: forward matmul 1.8x its catalog time, attention
+    1.3x, memory 2.5x; backward 1.2x, 1.0x, 2.0x; conv 1.4x both; host 30 us a layer and
+    8 us a kernel forward, 60 us and 12 us backward."""
+    fwd = dict(zip(OP_CLASSES, [1.0] * len(OP_CLASSES), strict=True))
+    bwd = dict(fwd)
+    fwd.update(matmul=1.8, attention=1.3, memory=2.5, conv=1.4)
+    bwd.update(matmul=1.2, attention=1.0, memory=2.0, conv=1.4)
+    return ClassFit(
+        device_type=GPU, dtype="fp32",
+        scales=(tuple(fwd[c] for c in OP_CLASSES), tuple(bwd[c] for c in OP_CLASSES)),
+        layer_s=(30e-6, 60e-6), kernel_s=(8e-6, 12e-6),
+        models=(), samples=0, median_error=0.0,
+    )  # fmt: skip
+
+
+def gpu() -> Device:
+    return Device(id="g.0", type=device_type(GPU), node="g", index=0)
+
+
+def lawful_times(graph: ModelGraph, batch: int) -> list[tuple[float, float]]:
+    """Every layer's forward and backward seconds under :func:`truth` (catalog class times)."""
+    rates = AnalyticalCompute("fp32").class_rates(gpu())
+    law, out = truth(), []
+    for layer in graph.layers:
+        pair = []
+        for backward, passes, kernels in (
+            (False, FWD_WEIGHT_PASSES, layer.fwd_kernels),
+            (True, BWD_WEIGHT_PASSES, layer.bwd_kernels),
+        ):
+            times = class_times(layer, backward, batch, passes, rates)
+            pair.append(law.seconds([times.get(c, 0.0) for c in OP_CLASSES], kernels, backward))
+        out.append((pair[0], pair[1]))
+    return out
+
+
+def lawful_profile(make_profile: ProfileFactory, name: str, dataset: str | None) -> Profile:
+    graph = build_graph(ModelRef(name=name, dataset=dataset, dtype="fp32"))
+    base = make_profile(
+        device_type=GPU, model=name, input_shape=graph.input_shape, batch_sizes=BATCHES,
+        fits={layer.name: (1e-4, 1e-5, 1e-4, 1e-5) for layer in graph.layers},
+    )  # fmt: skip
+
+    def timing(batch: BatchTiming) -> BatchTiming:
+        layers = tuple(
+            dataclasses.replace(t, fwd=Stats(median_s=f, p10_s=f, p90_s=f),
+                                bwd=Stats(median_s=b, p10_s=b, p90_s=b))
+            for t, (f, b) in zip(batch.layers, lawful_times(graph, batch.batch), strict=True)
+        )  # fmt: skip
+        return dataclasses.replace(batch, layers=layers)
+
+    return dataclasses.replace(base, dataset=dataset, batches=tuple(map(timing, base.batches)))
+
+
+@pytest.fixture
+def store(tmp_path: Path, make_profile: ProfileFactory) -> Path:
+    for name, dataset in TEACHERS:
+        save_profile(lawful_profile(make_profile, name, dataset), tmp_path)
+    return tmp_path
+
+
+def test_a_model_nobody_profiled_is_priced_by_what_the_others_taught(store: Path) -> None:
+    graph = build_graph(ModelRef(name="bert-tiny", dtype="fp32"))
+    costs = compute_model("fp32", directory=store).layer_costs(graph, gpu(), 16)
+    assert {c.source for c in costs} == {f"learned on {GPU} from 2 models"}
+    expected = lawful_times(graph, 16)  # the law itself, at a size no profile holds
+    for cost, (fwd, bwd) in zip(costs, expected, strict=True):
+        assert cost.fwd_s == pytest.approx(fwd, rel=0.05)
+        assert cost.bwd_s == pytest.approx(bwd, rel=0.05)
+    # Without learning (catalog classes only), the same layers are far off the law.
+    plain = AnalyticalCompute("fp32").layer_costs(graph, gpu(), 16)
+    assert sum(c.fwd_s for c in plain) < 0.8 * sum(f for f, _ in expected)
+
+
+def test_the_fit_uses_the_other_models_and_a_models_own_profile_wins(
+    store: Path, make_profile: ProfileFactory
+) -> None:
+    analytical = AnalyticalCompute("fp32")
+    fit = StoreFits(load_profiles(store), analytical, store).fit(GPU)
+    assert fit is not None and fit.models == ("gpt-tiny", "resnet-tiny")
+    assert fit_path(GPU, "fp32", store).is_file()  # cached for the next command
+    save_profile(lawful_profile(make_profile, "bert-tiny", None), store)
+    graph = build_graph(ModelRef(name="bert-tiny", dtype="fp32"))
+    costs = compute_model("fp32", directory=store).layer_costs(graph, gpu(), 16)
+    assert {c.source for c in costs} == {f"measured on {GPU}"}
+
+
+def test_an_unmeasured_gpu_is_scaled_from_the_learned_one_by_specs(store: Path) -> None:
+    graph = build_graph(ModelRef(name="bert-tiny", dtype="fp32"))
+    a100 = Device(id="a.0", type=device_type("A100-40GB"), node="a", index=0)
+    model = compute_model("fp32", directory=store)
+    on_a100, on_h100 = model.layer_costs(graph, a100, 16), model.layer_costs(graph, gpu(), 16)
+    assert {c.source for c in on_a100} == {f"learned on {GPU}, scaled to A100-40GB by specs"}
+    ana = AnalyticalCompute("fp32")
+    for a, h, ra, rh in zip(on_a100, on_h100, ana.layer_costs(graph, a100, 16),
+                            ana.layer_costs(graph, gpu(), 16), strict=True):  # fmt: skip
+        assert a.fwd_s / h.fwd_s == pytest.approx(ra.fwd_s / rh.fwd_s, rel=1e-9)
+
+
+def test_cpu_profiles_teach_nothing(tmp_path: Path, make_profile: ProfileFactory) -> None:
+    for name in ("a", "b"):
+        save_profile(make_profile(model=name), tmp_path)
+    fits = StoreFits(load_profiles(tmp_path), AnalyticalCompute("fp32"), tmp_path)
+    assert fits.fit("cpu") is None
