@@ -66,10 +66,13 @@ def lawful_times(graph: ModelGraph, batch: int) -> list[tuple[float, float]]:
     return out
 
 
-def lawful_profile(make_profile: ProfileFactory, name: str, dataset: str | None) -> Profile:
-    graph = build_graph(ModelRef(name=name, dataset=dataset, dtype="fp32"))
+def lawful_profile(
+    make_profile: ProfileFactory, name: str, dataset: str | None, dtype: str = "fp32"
+) -> Profile:
+    graph = build_graph(ModelRef(name=name, dataset=dataset, dtype=dtype))
     base = make_profile(
         device_type=GPU, model=name, input_shape=graph.input_shape, batch_sizes=BATCHES,
+        dtype=dtype,
         fits={layer.name: (1e-4, 1e-5, 1e-4, 1e-5) for layer in graph.layers},
     )  # fmt: skip
 
@@ -134,3 +137,18 @@ def test_cpu_profiles_teach_nothing(tmp_path: Path, make_profile: ProfileFactory
         save_profile(make_profile(model=name), tmp_path)
     fits = StoreFits(load_profiles(tmp_path), AnalyticalCompute("fp32"), tmp_path)
     assert fits.fit("cpu") is None
+
+
+def test_fp16_learns_from_bf16_profiles_where_the_peaks_are_equal(
+    tmp_path: Path, make_profile: ProfileFactory
+) -> None:
+    for name, dataset in TEACHERS:
+        save_profile(lawful_profile(make_profile, name, dataset, "bf16"), tmp_path)
+    graph = build_graph(ModelRef(name="bert-tiny", dtype="fp16"))
+    costs = compute_model("fp16", directory=tmp_path).layer_costs(graph, gpu(), 16)
+    assert {c.source for c in costs} == {
+        f"learned on {GPU} from 2 models (bf16 profiles: same peak)"
+    }
+    t4 = Device(id="t.0", type=device_type("T4"), node="t", index=0)  # fp16 8x bf16 on a T4
+    on_t4 = compute_model("fp16", directory=tmp_path).layer_costs(graph, t4, 16)
+    assert {c.source for c in on_t4} == {f"learned on {GPU}, scaled to T4 by specs"}

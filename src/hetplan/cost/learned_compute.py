@@ -93,13 +93,16 @@ class LearnedCompute:
         """Every layer through ``fit`` on ``device``'s own calibrated class times."""
         rates = self.analytical.class_rates(device)
         scale = self.analytical.time_scale(device)
+        label = fit.label
+        if fit.dtype != self.analytical.dtype:
+            label += f" ({fit.dtype} profiles: same peak)"
         out = []
         for layer in graph.layers:
             fwd, bwd = (
                 fit.seconds(_class_vector(layer, b, batch, rates), _kernels(layer, b), b) * scale
                 for b in (False, True)
             )
-            out.append(LayerCost(fwd_s=fwd, bwd_s=bwd, source=fit.label))
+            out.append(LayerCost(fwd_s=fwd, bwd_s=bwd, source=label))
         return out
 
     def _scaled(

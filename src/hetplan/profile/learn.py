@@ -8,6 +8,8 @@ time against the layer's calibrated class times (graph rebuilt from the profile'
 ``<store>/learned/<type>__<dtype>.json`` with the profiles it came from; a store whose
 profiles changed is refitted, and a store that cannot be written is refitted per command.
 GPU types only: CPU profiles are taken at varying thread counts, which the fit does not model.
+fp16 without profiles of its own learns from bf16's where the type's two peaks are equal (as
+the analytical model borrows bf16 curves: ``cost.compute.SAME_RATE_DTYPE``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from hetplan.cluster.catalog import device_type
 from hetplan.cluster.spec import Device
-from hetplan.cost.compute import AnalyticalCompute
+from hetplan.cost.compute import SAME_RATE_DTYPE, AnalyticalCompute
 from hetplan.cost.learned import MIN_MODELS, ClassFit, LayerSample, fit_classes
 from hetplan.cost.learned_compute import _class_vector, _kernels
 from hetplan.errors import InputError
@@ -95,8 +97,8 @@ class StoreFits:
         self._fits: dict[str, ClassFit | None] = {}
 
     def types(self) -> tuple[str, ...]:
-        dtype = self.analytical.dtype
-        return tuple(sorted({p.device_type for p in self.profiles if p.dtype == dtype}))
+        dtypes = {self.analytical.dtype, SAME_RATE_DTYPE.get(self.analytical.dtype)}
+        return tuple(sorted({p.device_type for p in self.profiles if p.dtype in dtypes}))
 
     def fit(self, device_type: str) -> ClassFit | None:
         if device_type not in self._fits:
@@ -104,17 +106,22 @@ class StoreFits:
         return self._fits[device_type]
 
     def _fit(self, type_name: str) -> ClassFit | None:
-        dtype = self.analytical.dtype
-        teaching = teaching_profiles(self.profiles, type_name, dtype)
-        if len(teaching) < MIN_MODELS:
-            return None
         try:
-            if device_type(type_name).is_cpu:
-                return None  # profiles differ by thread count there: not learned (yet)
+            kind = device_type(type_name)
         except InputError:
             return None  # not in the catalog: no calibrated class times to correct
+        if kind.is_cpu:
+            return None  # profiles differ by thread count there: not learned (yet)
+        dtype = self.analytical.dtype
+        teaching = teaching_profiles(self.profiles, type_name, dtype)
+        other = SAME_RATE_DTYPE.get(dtype)
+        if len(teaching) < MIN_MODELS and other and kind.flops(dtype) == kind.flops(other):
+            dtype, teaching = other, teaching_profiles(self.profiles, type_name, other)
+        if len(teaching) < MIN_MODELS:
+            return None
         path, sources = fit_path(type_name, dtype, self.directory), _sources(teaching)
-        cached = _read_cache(path, sources)
+        own = dtype == self.analytical.dtype  # a borrowed fit is priced on this dtype's curves
+        cached = _read_cache(path, sources) if own else None
         if cached is not None:
             return cached
         samples: list[LayerSample] = []
@@ -127,7 +134,8 @@ class StoreFits:
             fit = fit_classes(samples, type_name, dtype)
         except ValueError:
             return None
-        _write_cache(path, sources, fit)
+        if own:
+            _write_cache(path, sources, fit)
         return fit
 
 
