@@ -23,7 +23,6 @@ from hetplan.cost.compute import SAME_RATE_DTYPE, AnalyticalCompute
 from hetplan.cost.learned import MIN_MODELS, ClassFit, LayerSample, fit_classes
 from hetplan.cost.learned_compute import _class_vector, _kernels
 from hetplan.errors import InputError
-from hetplan.graph import build_graph
 from hetplan.planspec import ModelRef
 from hetplan.profile.store import _safe, profile_dir
 from hetplan.profile.types import Profile
@@ -57,6 +56,8 @@ def teaching_profiles(profiles: list[Profile], device_type: str, dtype: str) -> 
 def layer_samples(profile: Profile, analytical: AnalyticalCompute) -> list[LayerSample]:
     """The profile's layers, passes and batch sizes against their calibrated class times.
     InputError where its model cannot be rebuilt or its layers are not the graph's."""
+    from hetplan.graph import build_graph  # noqa: PLC0415 (traces with torch: only to fit)
+
     ref = ModelRef(name=profile.model, dataset=profile.dataset, dtype=profile.dtype)
     graph = build_graph(ref)
     if [layer.name for layer in graph.layers] != list(profile.layer_names):
