@@ -102,7 +102,11 @@ def _memory_time(w: OpWork, batch: float, weights: float, rates: ClassRates) -> 
 
 
 def _intensity(w: OpWork) -> float:
-    """FLOPs per byte of activations moved: the kernels' shape (a layer's width, channels)."""
+    """Where the kernels sit among the calibration's probe families: the intensity of the
+    probe shaped like them where the graph records one (convolutions), else their FLOPs per
+    byte of activations moved (a layer's width, channels)."""
+    if w.probe_intensity > 0:
+        return w.probe_intensity
     return w.flops / w.io_bytes if w.io_bytes > 0 else math.inf
 
 

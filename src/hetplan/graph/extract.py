@@ -273,6 +273,7 @@ def _op_work(st: LayerStats, batch: int) -> tuple[OpWork, ...]:
                     flops=w.flops / batch,
                     io_bytes=w.io / batch,
                     kernels=w.kernels,
+                    probe_intensity=w.probe_flops / w.flops if w.flops else 0.0,
                 )
             )
     return tuple(out)

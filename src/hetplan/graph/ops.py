@@ -3,6 +3,7 @@ classes (:data:`hetplan.graph.types.OP_CLASSES`) and our convolution FLOP counts
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -152,6 +153,32 @@ def conv_work(func: Any, args: Any, kwargs: dict[str, Any], counted: int) -> tup
         return conv_forward_flops(x.shape, w.shape, conv), groups
     mask = a.get("output_mask") or (True, True, True)
     return conv_backward_flops(grad.shape, x.shape, w.shape, conv, mask), groups
+
+
+CONV_PROBE_TAPS = 9
+"""Kernel taps of the calibration's convolution probes (3x3, ``profile.calibrate._conv``)."""
+
+
+def conv_probe_intensity(func: Any, args: Any, kwargs: dict[str, Any]) -> float:
+    """FLOPs per byte of the 3x3 calibration probe (``C`` channels in and out) whose implicit
+    GEMM is shaped like this convolution's: ``C = sqrt(N K / 9)``, ``N`` its output channels
+    per group, ``K`` its reduction (input channels per group x taps); that probe does
+    ``9 C / element size`` FLOPs per byte. A 1x1 convolution 256 -> 64 in bf16 moves 51 FLOPs
+    per byte, as a 3x3 probe of 11 channels that tensor cores run at a few percent of peak,
+    while cuDNN runs it as a GEMM of K = 256: matched on shape it is the probe of 43 channels.
+    0 where the op's weight is not known."""
+    a = _bind(func, args, kwargs)
+    x, w = a.get("input"), a.get("weight")
+    if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or w.dim() < 3:
+        return 0.0
+    groups = max(int(a.get("groups", 1)), 1)
+    taps = math.prod(w.shape[2:])
+    if a.get("transposed", False):
+        n, k = w.shape[1], w.shape[0] // groups * taps
+    else:
+        n, k = w.shape[0] // groups, w.shape[1] * taps
+    channels = math.sqrt(max(n * k, 1) / CONV_PROBE_TAPS)
+    return float(CONV_PROBE_TAPS * channels / x.element_size())
 
 
 def output_tensors(obj: Any) -> list[torch.Tensor]:

@@ -29,6 +29,7 @@ from hetplan.graph.attention import fused_attention
 from hetplan.graph.dedup import Dedup
 from hetplan.graph.ops import (
     Desc,
+    conv_probe_intensity,
     conv_work,
     describe,
     grad_flow,
@@ -48,6 +49,8 @@ class ClassStats:
     flops: int = 0
     io: int = 0
     kernels: int = 0
+    probe_flops: float = 0.0
+    """Sum of FLOPs x probe intensity of the ops that have one (``OpWork.probe_intensity``)."""
 
 
 @dataclass
@@ -73,14 +76,18 @@ class LayerStats:
     work: dict[tuple[str, bool], ClassStats] = field(default_factory=dict)
     """(operation class, backward) -> its part of the FLOPs, I/O bytes and kernels above."""
 
-    def add_work(self, op_class: str, backward: bool, flops: int, io: int, kernel: bool) -> None:
-        """Add one op's figures to its class (backward I/O arrives apart, with 0 FLOPs)."""
+    def add_work(
+        self, op_class: str, backward: bool, flops: int, io: int, kernel: bool, probe: float = 0.0
+    ) -> None:
+        """Add one op's figures to its class (backward I/O arrives apart, with 0 FLOPs);
+        ``probe``: the op's probe intensity, if it has one."""
         w = self.work.get((op_class, backward))
         if w is None:
             w = self.work[op_class, backward] = ClassStats()
         w.flops += flops
         w.io += io
         w.kernels += kernel
+        w.probe_flops += flops * probe
 
     def copy(self) -> LayerStats:
         """An independent copy (a stand-in's figures, :mod:`dedup`)."""
@@ -170,10 +177,10 @@ class TraceState:
         """One op: ``args`` is ``(args, kwargs)``, ``flops`` the counter's count for it."""
         ins, outs = tensors(args), tensors(out)
         kernel = is_kernel(func)
-        groups, conv = 1, 0
+        groups, conv, probe = 1, 0, 0.0
         if is_conv(func):
             flops, groups = conv_work(func, args[0], args[1], flops)
-            conv = flops
+            conv, probe = flops, conv_probe_intensity(func, args[0], args[1])
         cls = op_class(func, flops, groups) if kernel or flops else None
         self.n_ops += 1
         if self.backward:
@@ -183,7 +190,7 @@ class TraceState:
             st.bwd_flops += flops
             st.bwd_conv_flops += conv
             if cls is not None:  # I/O bytes added by finish_backward_io
-                st.add_work(cls, True, flops, 0, kernel)
+                st.add_work(cls, True, flops, 0, kernel, probe)
             if kernel:
                 st.bwd_kernels += 1
                 op = BwdOp(layer, cls or "memory", func.name(), describe(ins), describe(outs))
@@ -204,7 +211,7 @@ class TraceState:
             io += sum(t.nbytes for t in outs if storage_key(t) not in excluded)
             st.fwd_io += io
         if cls is not None:
-            st.add_work(cls, False, flops, io, kernel)
+            st.add_work(cls, False, flops, io, kernel, probe)
         producer, watch = self.producer, self.watch
         if self.owners:
             self._check_owners(keys, layer)

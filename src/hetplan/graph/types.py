@@ -34,6 +34,10 @@ class OpWork:
     gradients (as ``LayerInfo.fwd_io_bytes``)."""
     kernels: int
     """Kernel launches per pass (independent of the batch)."""
+    probe_intensity: float = 0.0
+    """FLOPs per byte of the calibration probe shaped like these kernels, FLOP-weighted: for
+    convolutions, the 3x3 probe whose implicit GEMM matches theirs
+    (:func:`hetplan.graph.ops.conv_probe_intensity`); 0: ``flops / io_bytes`` stands."""
 
 
 @dataclass(frozen=True, kw_only=True)
