@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from hetplan.cluster.spec import Cluster
 from hetplan.cost.comm import allreduce_time, ps_sync_time
+from hetplan.cost.contention import concurrent_cluster
 from hetplan.cost.memory import (
     framework_overhead_bytes,
     is_gpu,
@@ -70,7 +72,8 @@ def dp_candidate(ctx: Context, devices: Sequence[str], *, equal: bool = False) -
     slots = [g[0] for g in groups.values()]
     counts = [len(g) for g in groups.values()]
     ring = [members(d)[0] for d in devices]  # one DP group per TP rank; they run in parallel
-    cluster = ctx.pricing.cluster
+    tp_groups = [[members(d)[t] for d in devices] for t in range(len(members(devices[0])))]
+    cluster = concurrent_cluster(tp_groups, ctx.pricing.cluster)  # sharing each node's card
     est = dp_estimate(
         ctx, slots, counts, lambda nbytes: allreduce_time(nbytes, ring, cluster), equal=equal
     )
@@ -364,9 +367,11 @@ def _hybrid_syncs(
             [ctx.pricing.layers(g[s], b)[1][i:j] for g, b in zip(slots, micro, strict=True)], axis=0
         )
         ring = [members(g[s])[0] for g in slots]
+        tp_groups = [[members(g[s])[t] for g in slots] for t in range(len(members(slots[0][s])))]
+        shared = concurrent_cluster(tp_groups, ctx.pricing.cluster)  # one card, tp streams
 
-        def allreduce(nbytes: float, ring: list[str] = ring) -> float:
-            return allreduce_time(nbytes, ring, ctx.pricing.cluster)
+        def allreduce(nbytes: float, ring: list[str] = ring, shared: Cluster = shared) -> float:
+            return allreduce_time(nbytes, ring, shared)
 
         out.append(exposed_sync(ctx, list(bwd), len(members(slots[0][s])), i, j, allreduce))
     return tuple(out)

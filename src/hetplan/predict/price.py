@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import comm
 from hetplan.cost.comm_buckets import first_bucket
+from hetplan.cost.contention import concurrent_cluster
 from hetplan.cost.memory import is_gpu, optimizer_step_s, tp_grad_tensor_bytes
 from hetplan.cost.ties import tie_sync_s
 from hetplan.cost.tp import tp_comm_times, tp_traffic
@@ -208,11 +209,13 @@ def _sync_buckets(
     plan: Plan, cluster: Cluster, s: int, grads: list[comm.GradBucket]
 ) -> list[SyncBucket]:
     """Allreduce of each bucket across the replicas of stage ``s``, per TP rank (the ranks'
-    allreduces run at the same time; the slowest counts)."""
+    allreduces run at the same time, sharing each node's network card:
+    :mod:`hetplan.cost.contention`; the slowest counts)."""
     groups = [[p.stages[s].devices[t] for p in plan.pipelines] for t in range(plan.tp)]
+    shared = concurrent_cluster(groups, cluster)
     out = []
     for k, g in enumerate(grads):  # split_backward makes bucket k ready after part k
-        t = max(comm.allreduce_time(float(g.nbytes), grp, cluster) for grp in groups)
+        t = max(comm.allreduce_time(float(g.nbytes), grp, shared) for grp in groups)
         out.append(SyncBucket(part=k, duration_s=t, nbytes=float(g.nbytes)))
     return out
 
