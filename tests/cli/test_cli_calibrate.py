@@ -69,7 +69,11 @@ def test_table_names_every_curve(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert code == 0, err
     assert "matmul" in out and "memory" in out
     assert f"stored in {tmp_path / 'c.json'}" in out.replace("\n", "")
-    assert load_calibration(tmp_path / "c.json").device_type == "cpu"
+    cal = load_calibration(tmp_path / "c.json")
+    assert cal.device_type == "cpu"
+    # A CPU runs its probes synchronously: timed per call; the host's issue cost is measured.
+    assert cal.timing == "per-call" and cal.issue_s is not None and cal.issue_s > 0
+    assert f"host issue cost {cal.issue_s * 1e6:.1f} us per kernel" in out
 
 
 @pytest.mark.parametrize(

@@ -133,6 +133,11 @@ def calibrate(
     console.print(calibration_table(cal, peak, bandwidth))
     at = f" on {cal.threads} thread(s)" if cal.device == "cpu" else ""
     console.print(f"calibration of {kind} in {dtype}{at} stored in {path}")
+    timing = "back to back on the stream" if cal.timing == "stream" else "one call at a time"
+    issue = f"; host issue cost {cal.issue_s * 1e6:.1f} us per kernel" if cal.issue_s else ""
+    console.print(f"probes timed {timing}{issue}")
+    if dtype == "bf16" and known is not None and known.flops("fp16") == known.flops("bf16"):
+        console.print(f"fp16 is priced on these curves too ({kind}: same fp16 and bf16 peak)")
 
 
 def register(app: typer.Typer) -> None:
