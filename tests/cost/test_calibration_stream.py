@@ -100,3 +100,39 @@ def test_a_layer_of_many_small_kernels_takes_their_issue_time() -> None:
     assert cost.bwd_s == pytest.approx(80 * issue)
     [fast] = AnalyticalCompute("bf16", calibrations=[gpu_cal()]).layer_costs(graph, H100, 1)
     assert fast.fwd_s < 40 * issue
+
+
+def conv_cal(device: str) -> Calibration:
+    """Two 3x3 probe families: intensity 20 runs at 1e12 FLOP/s, intensity 200 at 1e14."""
+
+    def family(intensity: float, rate: float) -> RateCurve:
+        return RateCurve(
+            op_class="conv", backward=False, intensity=intensity,
+            points=tuple(RatePoint(work=w, seconds=w / rate) for w in (1e9, 1e12)),
+        )  # fmt: skip
+
+    return gpu_cal(
+        device=device, timing=STREAM, dtype="bf16",
+        curves=(family(20.0, 1e12), family(200.0, 1e14),
+                curve("memory", (1e3, 1e-9), (1e12, 1e-3))),
+    )  # fmt: skip
+
+
+CONV_LAYER = LayerInfo(
+    name="c", fwd_flops=1e9, bwd_flops=0.0, params=0, param_bytes=0, out_bytes=0,
+    saved_bytes=0, fwd_io_bytes=5e7, bwd_io_bytes=0, fwd_kernels=1,
+    work=(OpWork(op_class="conv", backward=False, flops=1e9, io_bytes=5e7, kernels=1,
+                 probe_intensity=200.0),),
+)  # fmt: skip
+
+
+def test_a_gpu_places_convolutions_by_shape_a_cpu_by_bytes() -> None:
+    # FLOPs per byte 20 (the slow family); shaped like the probe of intensity 200 (fast).
+    graph = dataclasses.replace(GRAPH, dtype="bf16", layers=(CONV_LAYER,))
+    gpu = AnalyticalCompute("bf16", calibrations=[conv_cal("cuda:0")])
+    [on_gpu] = gpu.layer_costs(graph, H100, 1)
+    assert on_gpu.fwd_s == pytest.approx(1e9 / 1e14)
+    cpu_dev = Device(id="c.0", type=device_type("cpu"), node="c", index=0)
+    cpu_cal = dataclasses.replace(conv_cal("cpu"), device_type="cpu", threads=1)
+    [on_cpu] = AnalyticalCompute("bf16", calibrations=[cpu_cal]).layer_costs(graph, cpu_dev, 1)
+    assert on_cpu.fwd_s == pytest.approx(1e9 / 1e12)

@@ -77,14 +77,15 @@ def class_times(
     works = [w for w in layer.work if w.backward == backward]
     flops = sum(w.flops for w in works if w.op_class != MEMORY_CLASS)
     weights = float(weight_passes * layer.param_bytes)
-    shape = {w.op_class: _intensity(w) for w in layer.work if not w.backward}
+    by_shape = rates.calibration is not None and not rates.calibration.synchronous
+    shape = {w.op_class: _intensity(w, by_shape) for w in layer.work if not w.backward}
     out: dict[str, float] = {}
     for w in works:
         if w.op_class == MEMORY_CLASS:
             extra = weights if flops <= 0 else 0.0
             t = _memory_time(w, batch, extra, rates)
         else:
-            intensity = shape.get(w.op_class, _intensity(w))
+            intensity = shape.get(w.op_class, _intensity(w, by_shape))
             share = w.flops / flops if flops > 0 else 0.0  # weights go with the FLOPs
             t = _compute_time(w, batch, weights * share, intensity, rates)
         out[w.op_class] = out.get(w.op_class, 0.0) + t
@@ -101,11 +102,14 @@ def _memory_time(w: OpWork, batch: float, weights: float, rates: ClassRates) -> 
     return (nbytes + weights) / rates.bandwidth + w.kernels * rates.kernel_overhead_s
 
 
-def _intensity(w: OpWork) -> float:
-    """Where the kernels sit among the calibration's probe families: the intensity of the
-    probe shaped like them where the graph records one (convolutions), else their FLOPs per
-    byte of activations moved (a layer's width, channels)."""
-    if w.probe_intensity > 0:
+def _intensity(w: OpWork, by_shape: bool) -> float:
+    """Where the kernels sit among the calibration's probe families: on a GPU
+    (``by_shape``), the intensity of the probe shaped like them where the graph records one
+    (convolutions: tensor-core tiles make a GEMM's shape, not its bytes, set its rate), else
+    their FLOPs per byte of activations moved (a layer's width, channels). On a CPU, placing
+    resnet-tiny's 8-channel convolutions by shape priced the model 13-31% too fast against
+    its profile, by bytes -13..+21% (vgg11 alike either way; 2026-11-25, this machine)."""
+    if by_shape and w.probe_intensity > 0:
         return w.probe_intensity
     return w.flops / w.io_bytes if w.io_bytes > 0 else math.inf
 
