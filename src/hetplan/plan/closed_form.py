@@ -47,10 +47,21 @@ class StageCosts:
     sync: tuple[float, ...] = ()
     """Several replicas: the gradient all-reduce of each stage left after its last backward,
     before its optimizer step (empty: none)."""
+    held: tuple[float, ...] = ()
+    """Per stage and direction, seconds per micro-batch its cores spend on its transfers
+    (CPU stages copy their own messages, ``schedule.work.StageWork.on_cores``: the cuts in and
+    out); empty: none."""
+
+    def loaded(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Forward and backward per micro-batch of each stage's device, transfers held included."""
+        held = self.held or (0.0,) * len(self.fwd)
+        fwd = tuple(f + h for f, h in zip(self.fwd, held, strict=True))
+        return fwd, tuple(b + h for b, h in zip(self.bwd, held, strict=True))
 
     def busy(self) -> float:
         """The slowest resource's time per micro-batch: a device or a link direction."""
-        return max([f + b for f, b in zip(self.fwd, self.bwd, strict=True)] + list(self.cut))
+        fwd, bwd = self.loaded()
+        return max([f + b for f, b in zip(fwd, bwd, strict=True)] + list(self.cut))
 
     def runs(self) -> Iterator[tuple[int, float]]:
         """``(k, R)`` for every run of ``k`` consecutive stages: its round trip ``R``."""
@@ -72,7 +83,8 @@ def flushed_s(costs: StageCosts, m: int, order: Order) -> float:
     path = sum(costs.fwd) + sum(costs.bwd) + 2 * sum(costs.cut)
     if order == "gpipe":
         cuts = list(costs.cut)
-        steady = (m - 1) * (max([*costs.fwd, *cuts]) + max([*costs.bwd, *cuts]))
+        fwd, bwd = costs.loaded()
+        steady = (m - 1) * (max([*fwd, *cuts]) + max([*bwd, *cuts]))
     else:
         trips = [(math.ceil(m / min(k, m)) - 1) * r for k, r in costs.runs()]
         steady = max([(m - 1) * costs.busy(), *trips])
@@ -85,5 +97,6 @@ def flushed_s(costs: StageCosts, m: int, order: Order) -> float:
 def asynchronous_s(costs: StageCosts, m: int) -> float:
     """PipeDream's steady state: ``m`` micro-batches per iteration, no flush."""
     period = max([costs.busy()] + [r / k for k, r in costs.runs()])
-    own = [m * (f + b) + o for f, b, o in zip(costs.fwd, costs.bwd, costs.opt, strict=True)]
+    fwd, bwd = costs.loaded()
+    own = [m * (f + b) + o for f, b, o in zip(fwd, bwd, costs.opt, strict=True)]
     return max([m * period, *own])

@@ -70,7 +70,19 @@ def stage_costs(
             opt[k] = max(opt[k], ctx.pricing.optimizer_s(slot, i, j, ctx.optimizer) + tie)
             if k + 1 < n:
                 cut[k] = max(cut[k], ctx.pricing.cut_s(slot, slots[k + 1], j - 1, micro))
-    return StageCosts(fwd=tuple(fwd), bwd=tuple(bwd), cut=tuple(cut), opt=tuple(opt))
+    cluster = ctx.pricing.cluster
+    on_cores = [
+        all(cluster.device(d).type.is_cpu for slots, _ in replicas for d in members(slots[k]))
+        for k in range(n)
+    ]
+    held = tuple(
+        (cut[k - 1] if k > 0 else 0.0) + (cut[k] if k + 1 < n else 0.0) if on_cores[k] else 0.0
+        for k in range(n)
+    )
+    return StageCosts(
+        fwd=tuple(fwd), bwd=tuple(bwd), cut=tuple(cut), opt=tuple(opt),
+        held=held if any(held) else (),
+    )  # fmt: skip
 
 
 def partition_costs(ctx: Context, key: SlotKey, part: Partition) -> StageCosts:

@@ -186,6 +186,7 @@ def price(
                     bwd_s=sum(bwd),
                     bwd_parts=parts,
                     opt_s=opt,
+                    on_cores=all(d.type.is_cpu for d in devs),
                 )
             )
             if s + 1 < num:

@@ -42,12 +42,27 @@ class ScheduleBuilder:
         self._fields: list[dict[str, Any]] = []
         self._dep_keys: list[tuple[Hashable, ...]] = []
         self._index: dict[Hashable, int] = {}
+        self._held: dict[int, tuple[str, ...]] = {}
 
-    def add(self, key: Hashable, deps: Iterable[Hashable] = (), **fields: Any) -> Hashable:
-        """Add one action (``fields`` are :class:`Action` fields except ``deps``); return key."""
+    def add(
+        self,
+        key: Hashable,
+        deps: Iterable[Hashable] = (),
+        *,
+        also_holds: tuple[str, ...] = (),
+        **fields: Any,
+    ) -> Hashable:
+        """Add one action (``fields`` are :class:`Action` fields except ``deps``); return key.
+
+        ``also_holds``: resources the action occupies too but whose order it takes from the
+        others (a CPU receiver's compute stream, held by the send that fills its buffer: the
+        receiver's actions are added with its own stage, after or before the sender's); they
+        join ``resources`` in the schedule and the simulator serialises them in its order."""
         if key in self._index:
             raise ValueError(f"duplicate schedule action {key!r}")
         self._index[key] = len(self._fields)
+        if also_holds:
+            self._held[len(self._fields)] = also_holds
         self._fields.append(fields)
         self._dep_keys.append(tuple(deps))
         return key
@@ -92,10 +107,14 @@ class ScheduleBuilder:
                 ids = ids_of[names] = tuple(res_id.setdefault(r, len(res_id)) for r in names)
             res.append(ids)
         order = self._topological(deps, res, len(res_id))
+        fields = self._fields
+        for i, held in self._held.items():  # after the order: they take no part in it
+            extra = tuple(r for r in held if r not in fields[i]["resources"])
+            fields[i] = {**fields[i], "resources": fields[i]["resources"] + extra}
+            res[i] = res[i] + tuple(res_id.setdefault(r, len(res_id)) for r in extra)
         new_id = [0] * len(order)
         for pos, old in enumerate(order):
             new_id[old] = pos
-        fields = self._fields
         actions = tuple(
             Action(**fields[old], deps=tuple([new_id[d] for d in deps[old]])) for old in order
         )

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 from hetplan.planspec.order import Order
 from hetplan.schedule.builder import ScheduleBuilder
@@ -254,7 +255,7 @@ def parameter_server(
                 nbytes=sum(x.nbytes for x in ps),
             )
         for r, (dev, work) in enumerate(zip(workers, ps, strict=True)):
-            common = {
+            common: dict[str, Any] = {
                 "device": dev,
                 "resources": (comm_res(dev),),
                 "nbytes": work.nbytes,

@@ -113,10 +113,19 @@ class _Ctx(NamedTuple):
     compute: tuple[str, ...]
     fwd_link: tuple[str, ...]
     bwd_link: tuple[str, ...]
+    fwd_held: tuple[str, ...]
+    bwd_held: tuple[str, ...]
     next_dev: str | None
     prev_dev: str | None
     cut_fwd: CutWork
     cut_bwd: CutWork
+
+
+def _held(peer: StageWork | None, st: StageWork) -> tuple[str, ...]:
+    """Compute streams a transfer between ``st`` and ``peer`` holds besides its links: those
+    of the ends that copy their own messages (CPU stages, ``StageWork.on_cores``)."""
+    ends = (st,) if peer is None else (st, peer)
+    return tuple(compute_res(d) for w in ends if w.on_cores for d in w.devices)
 
 
 def _context(r: int, s: int, m: int, pipe: PipelineWork) -> _Ctx:
@@ -133,6 +142,8 @@ def _context(r: int, s: int, m: int, pipe: PipelineWork) -> _Ctx:
         compute=tuple(compute_res(d) for d in st.devices),
         fwd_link=tuple(link_res(a, c) for a, c in zip(st.devices, nxt, strict=False)),
         bwd_link=tuple(link_res(a, c) for a, c in zip(st.devices, prev, strict=False)),
+        fwd_held=_held(pipe.stages[s + 1] if s + 1 < num else None, st),
+        bwd_held=_held(pipe.stages[s - 1] if s > 0 else None, st),
         next_dev=nxt[0] if nxt else None,
         prev_dev=prev[0] if prev else None,
         cut_fwd=pipe.cut(s),
@@ -165,6 +176,7 @@ def _emit_fwd(b: ScheduleBuilder, c: _Ctx, j: int) -> None:
             device=dev,
             peer=c.next_dev,
             resources=c.fwd_link,
+            also_holds=c.fwd_held,
             duration_s=c.cut_fwd.fwd_s,
             nbytes=c.cut_fwd.nbytes,
             stage=s,
@@ -204,6 +216,7 @@ def _emit_bwd(b: ScheduleBuilder, c: _Ctx, j: int) -> None:
             device=dev,
             peer=c.prev_dev,
             resources=c.bwd_link,
+            also_holds=c.bwd_held,
             duration_s=c.cut_bwd.bwd_s,
             nbytes=c.cut_bwd.nbytes,
             stage=s,

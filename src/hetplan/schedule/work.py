@@ -31,6 +31,10 @@ class StageWork:
     :class:`SyncBucket` list is ready when part ``SyncBucket.part`` ends."""
     opt_s: float = 0.0
     """Optimizer step time (once per iteration)."""
+    on_cores: bool = False
+    """Its devices are CPUs, which copy their own messages (gloo over TCP: the sender's and
+    the receiver's cores do the copies, and the rank waits in ``send``/``recv`` meanwhile): a
+    transfer to or from this stage also holds its compute stream."""
 
     @property
     def parts(self) -> tuple[float, ...]:
