@@ -214,6 +214,8 @@ def print_ranking(ranking: Ranking, top: int, seconds: float) -> None:
     _print_stage_map(ranking.best)
     for reason in ranking.reasons:
         console.print(f"- {reason}")
+    for note in ranking.notes:
+        console.print(f"note: {note}", markup=False)
     front = ", ".join(
         f"{fmt_seconds(r.metrics.time_s)} / {fmt_joules(r.metrics.energy_j)}"
         for r in ranking.pareto
@@ -362,6 +364,7 @@ def ranking_json(ranking: Ranking, seconds: float) -> dict[str, Any]:
         "rejected": dict(ranking.rejected),
         "pareto": [ranked_json(r) for r in ranking.pareto],
         "reasons": list(ranking.reasons),
+        "notes": list(ranking.notes),
         "screened": ranking.screened,
         "simulated": ranking.simulated,
         "search_seconds": seconds,

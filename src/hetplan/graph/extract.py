@@ -39,7 +39,13 @@ from hetplan.graph.data import loss_function
 from hetplan.graph.meta import build_on_meta
 from hetplan.graph.resolve import resolve_model
 from hetplan.graph.split import split_problem
-from hetplan.graph.tp_units import find_tp_units, find_vocab_pair, split_count
+from hetplan.graph.tp_units import (
+    TpUnit,
+    VocabPair,
+    find_vocab_pair,
+    search_tp_units,
+    split_count,
+)
 from hetplan.graph.trace import LayerStats, TraceState, trace_step
 from hetplan.graph.types import OP_CLASSES, LayerInfo, ModelGraph, OpWork
 from hetplan.planspec.torch_dtypes import TORCH_DTYPES
@@ -287,45 +293,69 @@ def _with_tp_facts(
     the embedding/head pair over the vocabulary."""
     names = [layer.name for layer in layers]
     try:
-        units = find_tp_units(module, names)
+        units, untraced = search_tp_units(module, names)
         vocab = find_vocab_pair(module)
     except Exception as err:  # structure search failed: every layer replicated
         notes.append(f"tensor-parallel units not searched: {_one_line(err)}")
         return layers
     out = []
     for layer in layers:
-        found = [(u, split_count(module, u)) for u in units if _inside(u.module, layer.name)]
-        mine = [u for u, n in found if n > 0]
-        counts = [n for _, n in found if n > 0]
-        roles = []
-        if vocab is not None and _inside(vocab.embedding, layer.name):
-            roles.append("embedding")
-        if vocab is not None and vocab.head is not None and _inside(vocab.head, layer.name):
-            roles.append("head")
-        hidden, width = 0, 0  # all-reduced width; width of the layer's output
-        if mine:
-            down = module.get_submodule(mine[0].rowwise[0])
-            hidden = width = int(down.out_features)
-        if roles and vocab is not None:
-            emb = module.get_submodule(vocab.embedding)
-            counts.append(int(emb.num_embeddings))
-            hidden = int(emb.embedding_dim)
-            width = int(emb.num_embeddings) if "head" in roles else hidden
-        if not counts:
-            out.append(layer)
-            continue
-        tokens = max(round(layer.out_bytes / (width * itemsize)), 1) if width else 0
-        out.append(
-            dataclasses.replace(
-                layer,
-                tp_units=len(mine),
-                tp_vocab="+".join(roles),
-                tp_split=math.gcd(*counts),
-                tp_tokens=tokens,
-                tp_hidden=hidden,
-            )
-        )
+        errors = [f"{fqn}: {err}" for fqn, err in untraced if _inside(fqn, layer.name)]
+        # Its units are unknown, so it is priced whole on every rank (only its vocabulary part
+        # still splits); the search offers no TP plan (plan.tp.has_tp_units).
+        mine = [] if errors else [u for u in units if _inside(u.module, layer.name)]
+        info = _layer_tp_facts(module, layer, mine, vocab, itemsize)
+        out.append(dataclasses.replace(info, tp_error="; ".join(errors)) if errors else info)
+    notes += [
+        f"tensor parallelism not offered: torch.fx could not trace {fqn} ({err}), so the "
+        f"attention and MLP units of layer {_layer_of(fqn, names)} are unknown and every TP "
+        "rank would compute that layer whole"
+        for fqn, err in untraced
+    ]
     return tuple(out)
+
+
+def _layer_tp_facts(
+    module: nn.Module,
+    layer: LayerInfo,
+    units: list[TpUnit],
+    vocab: VocabPair | None,
+    itemsize: int,
+) -> LayerInfo:
+    """``layer`` with the TP facts of its ``units`` and its part of the vocabulary pair."""
+    found = [(u, split_count(module, u)) for u in units]
+    mine = [u for u, n in found if n > 0]
+    counts = [n for _, n in found if n > 0]
+    roles = []
+    if vocab is not None and _inside(vocab.embedding, layer.name):
+        roles.append("embedding")
+    if vocab is not None and vocab.head is not None and _inside(vocab.head, layer.name):
+        roles.append("head")
+    hidden, width = 0, 0  # all-reduced width; width of the layer's output
+    if mine:
+        down = module.get_submodule(mine[0].rowwise[0])
+        hidden = width = int(down.out_features)
+    if roles and vocab is not None:
+        emb = module.get_submodule(vocab.embedding)
+        counts.append(int(emb.num_embeddings))
+        hidden = int(emb.embedding_dim)
+        width = int(emb.num_embeddings) if "head" in roles else hidden
+    if not counts:
+        return layer
+    tokens = max(round(layer.out_bytes / (width * itemsize)), 1) if width else 0
+    return dataclasses.replace(
+        layer,
+        tp_units=len(mine),
+        tp_vocab="+".join(roles),
+        tp_split=math.gcd(*counts),
+        tp_tokens=tokens,
+        tp_hidden=hidden,
+    )
+
+
+def _layer_of(fqn: str, layers: list[str]) -> str:
+    """The layer (of ``layers``) holding module ``fqn``."""
+    return next((name for name in layers if _inside(fqn, name)), fqn)
 
 
 def _inside(fqn: str, layer: str) -> bool:

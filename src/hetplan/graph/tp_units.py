@@ -27,6 +27,7 @@ import copy
 import dataclasses
 import math
 import operator
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -402,16 +403,49 @@ def _linear_count(module: nn.Module) -> int:
     return sum(isinstance(m, nn.Linear) for m in module.modules())
 
 
-def _units_in(module: nn.Module, prefix: str) -> list[TpUnit]:
+def _units_in(
+    module: nn.Module, prefix: str, failures: list[tuple[str, str]] | None = None
+) -> list[TpUnit]:
     """Units inside ``module`` (named ``prefix``); a module fx cannot trace (control flow on
-    values, say) is searched child by child, so units inside its children are still found."""
+    values, say) is searched child by child, so units inside its children are still found.
+    ``failures`` collects ``(fqn, error)`` of the deepest untraceable modules holding Linears
+    that the units found inside do not cover and that may have formed a unit
+    (:func:`_may_form_unit`); a module whose children's units cover it is not a failure."""
     if _linear_count(module) < 2 or isinstance(module, nn.Linear):
         return []  # a unit has two Linears at least
     try:
         graph = _Tracer().trace(module)
-    except Exception:  # any failure to trace: look inside instead
-        return [u for n, c in module.named_children() for u in _units_in(c, _join(prefix, n))]
+    except Exception as err:  # any failure to trace: look inside instead
+        before = len(failures) if failures is not None else 0
+        units = [
+            u for n, c in module.named_children() for u in _units_in(c, _join(prefix, n), failures)
+        ]
+        if (
+            failures is not None
+            and len(failures) == before
+            and _may_form_unit(_uncovered(module, prefix, units))
+        ):
+            failures.append((prefix, _one_line(err)))
+        return units
     return _units_of_graph(_Graph(graph, module), prefix)
+
+
+def _uncovered(module: nn.Module, prefix: str, units: Sequence[TpUnit]) -> list[nn.Linear]:
+    """Linears of ``module`` (named ``prefix``) that none of ``units`` splits."""
+    covered = {fqn for u in units for fqn in (*u.colwise, *u.rowwise)}
+    return [
+        m
+        for n, m in module.named_modules()
+        if isinstance(m, nn.Linear) and _join(prefix, n) not in covered
+    ]
+
+
+def _may_form_unit(linears: Sequence[nn.Linear]) -> bool:
+    """Two of ``linears`` map ``d -> f`` and ``f -> d``, as an MLP's up and down projections or
+    an attention's q and output projections do; a ``d -> f -> k`` classifier head does not."""
+    shapes = Counter((lin.in_features, lin.out_features) for lin in linears)
+    # a square d -> d needs a second one (q and output projection of width d)
+    return any(shapes[(f, d)] > (d == f) for d, f in shapes)
 
 
 def find_tp_units(model: nn.Module, layers: Sequence[str]) -> list[TpUnit]:
@@ -423,7 +457,16 @@ def find_tp_units(model: nn.Module, layers: Sequence[str]) -> list[TpUnit]:
     would run its parts as separate calls, baking shapes that splitting cannot change. Works on
     meta models (tracing reads no values).
     """
-    return [u for layer in layers for u in _units_in(model.get_submodule(layer), layer)]
+    return search_tp_units(model, layers)[0]
+
+
+def search_tp_units(
+    model: nn.Module, layers: Sequence[str]
+) -> tuple[list[TpUnit], list[tuple[str, str]]]:
+    """:func:`find_tp_units` and the modules it could not trace: ``(fqn, error)`` each."""
+    failures: list[tuple[str, str]] = []
+    units = [u for layer in layers for u in _units_in(model.get_submodule(layer), layer, failures)]
+    return units, failures
 
 
 def split_count(model: nn.Module, unit: TpUnit) -> int:

@@ -18,6 +18,9 @@ OP_CLASSES = ("matmul", "conv", "conv_grouped", "attention", "memory")
 scaled-dot-product attention) and ``memory`` (every other kernel: elementwise, normalisation,
 reductions, copies; priced by the bytes it moves)."""
 
+UNTRACED_SHOWN = 6
+"""Layers named in a one-line note on blocks torch.fx could not trace (the rest are counted)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class OpWork:
@@ -101,6 +104,12 @@ class LayerInfo:
     tp_hidden: int = 0
     """Width (hidden size) of the tensors TP all-reduces in this layer: the units' output
     width, the embedding's dimension, the head's input width; 0 when ``tp_split`` is 0."""
+    tp_error: str = ""
+    """Why tensor parallelism cannot split this layer although it may hold units: the module
+    torch.fx could not trace and the error, one line (``"block0.attn: TypeError: ..."``; several
+    joined by ``"; "``); empty when the search saw the whole layer. Such a layer is priced
+    replicated (``tp_units`` 0, only a vocabulary part splits) and a model with one is offered no
+    TP plan (:func:`hetplan.plan.tp.has_tp_units`)."""
     work: tuple[OpWork, ...] = ()
     """The layer's kernels by operation class and pass (:class:`OpWork`; at most one entry per
     class and pass). Empty for graphs traced before it existed: then only the totals above
@@ -149,6 +158,18 @@ class ModelGraph:
     def total_fwd_flops(self) -> float:
         """Forward FLOPs per sample."""
         return sum(layer.fwd_flops for layer in self.layers)
+
+    def untraced(self) -> str:
+        """The layers holding a block torch.fx could not trace (``LayerInfo.tp_error``), with
+        the first one's module and error, for one-line notes:
+        ``"layers block0, block1 (block0.attn: TypeError: ...)"``; "" when there are none."""
+        bad = [layer for layer in self.layers if layer.tp_error]
+        if not bad:
+            return ""
+        names = ", ".join(layer.name for layer in bad[:UNTRACED_SHOWN])
+        if len(bad) > UNTRACED_SHOWN:
+            names += f" and {len(bad) - UNTRACED_SHOWN} more"
+        return f"layer{'s' if len(bad) > 1 else ''} {names} ({bad[0].tp_error})"
 
     def index(self, name: str) -> int:
         for i, layer in enumerate(self.layers):

@@ -29,6 +29,7 @@ from hetplan.plan.objective import Metrics, Objective, pareto_front
 from hetplan.plan.options import Budget, Progress, SearchOptions
 from hetplan.plan.pricing import Pricing
 from hetplan.plan.screen import screen
+from hetplan.plan.tp import untraced_notes
 from hetplan.planspec.plan import ModelRef, Plan
 from hetplan.planspec.strategies import spec_of
 from hetplan.predict import Prediction, predict
@@ -86,6 +87,8 @@ class Ranking:
     """Baselines that cannot run, with the first reason."""
     time_limited: list[str] = field(default_factory=list)
     """Phases the time limit cut short (empty: the search ran to the end)."""
+    notes: list[str] = field(default_factory=list)
+    """What the model kept out of the search (a block torch.fx could not trace: no TP plan)."""
 
     @property
     def best(self) -> Ranked:
@@ -127,6 +130,7 @@ def search(
     ranking.baseline_failures = failures
     ranking.time_limited = budget.cut
     ranking.reasons = reasons(ranking, cluster)
+    ranking.notes = untraced_notes(graph)
     return ranking
 
 

@@ -24,10 +24,22 @@ def members(slot: str) -> list[str]:
     return slot.split(SEP)
 
 
+def untraced_notes(graph: ModelGraph) -> list[str]:
+    """Why no TP plan is offered: a layer holds a block torch.fx could not trace."""
+    if not (untraced := graph.untraced()):
+        return []
+    return [
+        f"no tensor-parallel plan offered: torch.fx could not trace a module in {untraced}, so "
+        "the attention and MLP units there are unknown (`hetplan inspect` names each)"
+    ]
+
+
 def has_tp_units(graph: ModelGraph) -> bool:
     """The graph has at least one layer with Megatron-style units (``LayerInfo.tp_units``,
     found from structure by :mod:`hetplan.graph.tp_units`): tensor parallelism has blocks to
     split. A vocabulary pair alone (an embedding without blocks) is not enough."""
+    if any(layer.tp_error for layer in graph.layers):
+        return False  # a block fx could not trace: its units are unknown (graph.notes says)
     return any(layer.tp_units > 0 for layer in graph.layers)
 
 

@@ -193,11 +193,21 @@ def predict(
 
 
 def _tp_notes(plan: Plan, graph: ModelGraph) -> list[str]:
-    """A TP plan whose degree splits no layer: every rank computes the whole stage."""
-    if plan.tp == 1 or any(tp_splits(layer, plan.tp) for layer in graph.layers):
+    """A TP plan on a model with blocks torch.fx could not trace: those layers are computed
+    whole on every rank; a TP plan whose degree splits no layer: so is every stage."""
+    if plan.tp == 1:
         return []
+    notes = []
+    if untraced := graph.untraced():
+        notes.append(
+            f"tp {plan.tp}: torch.fx could not trace a module in {untraced}: every TP rank "
+            "computes such a layer whole (its attention and MLP units are unknown)"
+        )
+    if any(tp_splits(layer, plan.tp) for layer in graph.layers):
+        return notes
     return [
+        *notes,
         f"tp {plan.tp}: no layer of {graph.name} splits at this degree (no attention or MLP "
         "unit with whole heads per rank, no vocabulary divisible by it): every TP rank "
-        "computes its stage whole"
+        "computes its stage whole",
     ]
