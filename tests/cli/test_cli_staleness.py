@@ -1,5 +1,6 @@
 """Staleness in ``hetplan plan``: the table column, the JSON fields, the explanation of an
-asynchronous winner, and ``--sync-only``."""
+asynchronous winner, synchronous plans by default (issue 27), ``--asynchronous`` and the old
+``--sync-only``."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def _rows(data: dict[str, Any]) -> list[dict[str, Any]]:
 def test_json_has_staleness_for_every_plan(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = _plan(["--what-if"], tmp_path, capsys)
+    data = _plan(["--what-if", "--asynchronous"], tmp_path, capsys)
     for row in _rows(data):
         assert {"asynchronous", "staleness", "staleness_text"} <= set(row)
         sync = row["family"] != "pipedream"
@@ -64,7 +65,7 @@ def test_json_has_staleness_for_every_plan(
 def test_asynchronous_winner_is_explained(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = _plan(["--what-if"], tmp_path, capsys)
+    data = _plan(["--what-if", "--asynchronous"], tmp_path, capsys)
     best = data["best"]
     n = best["staleness"]
     line = next(r for r in data["reasons"] if "asynchronous" in r)
@@ -82,7 +83,7 @@ def test_synchronous_winner_gets_no_staleness_reason(
 
 
 def test_table_has_a_staleness_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["plan", *GPT, "--what-if", "--out", str(tmp_path / "p.json")]
+    argv = ["plan", *GPT, "--what-if", "--asynchronous", "--out", str(tmp_path / "p.json")]
     code, text, err = _run(argv, capsys)
     assert code == 0, err
     header = next(x for x in text.splitlines() if "iteration" in x and "plan" in x)
@@ -93,13 +94,36 @@ def test_table_has_a_staleness_column(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "is asynchronous" in text and "not modelled" in text
 
 
-def test_sync_only_excludes_pipedream(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    data = _plan(["--what-if", "--sync-only"], tmp_path, capsys)
+@pytest.mark.parametrize("flags", [[], ["--sync-only"]])
+def test_plans_are_synchronous_by_default(
+    flags: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The same search with --asynchronous picks PipeDream (test above); without, it is not
+    # planned at all, and --sync-only (the old option) changes nothing.
+    data = _plan(["--what-if", *flags], tmp_path, capsys)
     assert data["best"]["family"] != "pipedream"
     assert all(c["family"] != "pipedream" for c in data["candidates"])
     assert not any(row["asynchronous"] for row in _rows(data))
     plan = json.loads((tmp_path / "p.json").read_text())
     assert plan["strategy"] != "pipedream"
+
+
+def test_naming_an_asynchronous_family_asks_for_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _plan(["--strategies", "pipedream"], tmp_path, capsys)
+    assert data["best"]["family"] == "pipedream" and data["best"]["asynchronous"]
+
+
+def test_sync_only_with_asynchronous_is_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "p.json"
+    argv = ["plan", *GPT, "--sync-only", "--asynchronous", "--out", str(out)]
+    code, stdout, err = _run(argv, capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--sync-only" in err and "--asynchronous" in err
+    assert stdout == "" and not out.exists()
 
 
 @pytest.mark.parametrize("strategies", ["pipedream", "dp,pipedream"])
@@ -116,9 +140,9 @@ def test_sync_only_with_pipedream_is_one_line_error(
     assert stdout == "" and not out.exists()
 
 
-def test_tune_takes_sync_only(capsys: pytest.CaptureFixture[str]) -> None:
+def test_tune_takes_asynchronous(capsys: pytest.CaptureFixture[str]) -> None:
     code, text, _ = _run(["tune", "--help"], capsys)
-    assert code == 0 and "--sync-only" in text
+    assert code == 0 and "--asynchronous" in text
 
 
 def _as_wsp(r: Ranked) -> Ranked:
@@ -139,7 +163,7 @@ def test_without_asynchronous_drops_wsp_hybrids() -> None:
     ranking = dataclasses.replace(ranking, ranked=wsp)
     kept = without_asynchronous(ranking, cluster)
     assert kept.ranked == [r for r in wsp if r.candidate.family != "hybrid"]
-    assert kept.rejected["asynchronous (--sync-only)"] == len(hybrids)
-    assert "asynchronous (--sync-only)" not in ranking.rejected  # the original is untouched
+    assert kept.rejected["asynchronous (add --asynchronous)"] == len(hybrids)
+    assert "asynchronous (add --asynchronous)" not in ranking.rejected  # the original is untouched
     assert kept.pareto and all(r in kept.ranked for r in kept.pareto)
     assert kept.reasons[0].startswith(kept.best.candidate.label)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetplan.bench.suite import (
-    EXECUTABLE_FAMILIES,
+    PLANNER_FAMILIES,
     SUITE_STALENESS,
     TP_DEGREE,
     micro_batches,
@@ -106,10 +106,11 @@ def planner_pick(
     *,
     run_check: bool = True,
 ) -> Pick:
-    """Search for the fastest plan among the executable families; the best ranked plan that
-    the runtime can execute (ranked plans it cannot are noted)."""
+    """Search for the fastest plan among the planner's families (``plan``'s default:
+    synchronous); the best ranked plan that the runtime can execute (ranked plans it cannot
+    are noted)."""
     opts = SearchOptions(batch=batch, objective=parse_objective("time"),
-                         families=EXECUTABLE_FAMILIES)  # fmt: skip
+                         families=PLANNER_FAMILIES)  # fmt: skip
     start = time.perf_counter()
     ranking = search(ref, graph, cluster, compute, opts)
     seconds = time.perf_counter() - start

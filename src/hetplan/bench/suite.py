@@ -12,7 +12,7 @@ from pathlib import Path
 
 from hetplan.errors import InputError
 from hetplan.planspec.strategies import ASYNC_VARIANTS as _VARIANTS
-from hetplan.planspec.strategies import FLUSHED_PIPELINE, RUNNABLE
+from hetplan.planspec.strategies import ASYNCHRONOUS_FAMILIES, FLUSHED_PIPELINE, RUNNABLE
 
 HOMOGENEOUS_2 = "local-cpu"
 HOMOGENEOUS_4 = "local-cpu-4on2"
@@ -24,7 +24,10 @@ PIPELINES = FLUSHED_PIPELINE
 HYBRID_MIN_RANKS = 4
 """Hybrid (2 pipelines x 2 stages) needs 4 ranks."""
 EXECUTABLE_FAMILIES = RUNNABLE
-"""The planner's families, all executed by the runtime."""
+"""The families the runtime executes, each run as a fixed case."""
+PLANNER_FAMILIES = tuple(f for f in RUNNABLE if f not in ASYNCHRONOUS_FAMILIES)
+"""The planner's families: what ``hetplan plan`` searches by default (synchronous only,
+issue 27), so the suite measures the pick a user gets."""
 ASYNC_VARIANTS = tuple(_VARIANTS)
 """Run as fixed strategies, since the planner does not propose them: an asynchronous
 parameter server and HetPipe's wave-synchronous hybrid, both with bound ``SUITE_STALENESS``."""

@@ -12,6 +12,7 @@ from hetplan.cli.paths import check_output
 from hetplan.cli.search_options import (
     AllDevicesOpt,
     AnalyticalOpt,
+    AsynchronousOpt,
     BatchOpt,
     BudgetOpt,
     ClusterOpt,
@@ -67,6 +68,7 @@ def plan_cmd(
             "replica's batch): priced and simulated only.",
         ),
     ] = False,
+    asynchronous: AsynchronousOpt = False,
     sync_only: SyncOnlyOpt = False,
     time_limit: TimeLimitOpt = None,
 ) -> None:
@@ -82,7 +84,8 @@ def plan_cmd(
         optimizer=optimizer, dtype=dtype, dataset_size=dataset_size, max_power=max_power,
         max_devices=max_devices, min_devices=min_devices, all_devices=all_devices,
         deadline=deadline, budget=budget, profiles=profiles, analytical=analytical,
-        strategies=strategies, what_if=what_if, sync_only=sync_only, time_limit=time_limit,
+        strategies=strategies, what_if=what_if, asynchronous=asynchronous, sync_only=sync_only,
+        time_limit=time_limit,
     )  # fmt: skip
     found = make_plan(req, out, html, Terminal(quiet=as_json))
     if as_json:

@@ -12,6 +12,7 @@ from hetplan.cli.output import console, print_json
 from hetplan.cli.paths import check_output
 from hetplan.cli.search_options import (
     AnalyticalOpt,
+    AsynchronousOpt,
     BatchOpt,
     BudgetOpt,
     ClusterOpt,
@@ -112,6 +113,7 @@ def tune_cmd(
     budget: BudgetOpt = None,
     profiles: ProfilesOpt = None,
     analytical: AnalyticalOpt = False,
+    asynchronous: AsynchronousOpt = False,
     sync_only: SyncOnlyOpt = False,
     seed: Annotated[int, typer.Option(help="Seed of initial weights and data order.")] = 0,
     lr: Annotated[
@@ -134,7 +136,7 @@ def tune_cmd(
         model=model, cluster=cluster, dataset=dataset, objective=objective, batch=batch,
         optimizer=optimizer, dtype=dtype, dataset_size=dataset_size, max_power=max_power,
         max_devices=max_devices, deadline=deadline, budget=budget, profiles=profiles,
-        analytical=analytical, sync_only=sync_only,
+        analytical=analytical, asynchronous=asynchronous, sync_only=sync_only,
     )  # fmt: skip
     opts = TuneOptions(
         out=out, steps=steps, top=top, trial_steps=trial_steps, warmup=warmup,

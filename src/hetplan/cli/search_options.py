@@ -41,11 +41,20 @@ HtmlOpt = Annotated[
     Path | None,
     typer.Option(help="Also write a self-contained page: Gantt chart, memory, Pareto front."),
 ]
+AsynchronousOpt = Annotated[
+    bool,
+    typer.Option(
+        "--asynchronous",
+        help="Also plan asynchronous families (PipeDream, WSP hybrid, async PS): their stale "
+        "weights may need more iterations to converge, which is not modelled. Default: "
+        "synchronous plans only, unless --strategies names an asynchronous family.",
+    ),
+]
 SyncOnlyOpt = Annotated[
     bool,
     typer.Option(
         "--sync-only",
-        help="Leave out asynchronous plans (PipeDream, WSP hybrid, async PS): their stale "
-        "weights may need more iterations to converge, which is not modelled.",
+        hidden=True,
+        help="Kept for old scripts: synchronous plans are the default (see --asynchronous).",
     ),
 ]

@@ -63,7 +63,7 @@ def _staleness(best: Ranked) -> str:
     return (
         f"{best.candidate.label} is asynchronous: weights may be stale {stale}; the "
         "prediction is of iteration time only, the iterations needed to converge under "
-        "staleness are not modelled (--sync-only excludes asynchronous plans)"
+        "staleness are not modelled (without --asynchronous, only synchronous plans are made)"
     )
 
 

@@ -4,7 +4,7 @@ Plans are ranked on what the simulator predicts per iteration (time, energy, pow
 An asynchronous plan buys its shorter iteration by letting a forward pass run on weights that
 miss some of the latest updates; that can cost extra iterations to converge, which nothing in
 hetplan models. This module states the bound so that the ranking can show it next to the
-iteration time, and so that ``hetplan plan --sync-only`` can leave such plans out.
+iteration time, and so that ``hetplan plan`` can leave such plans out unless asked.
 
 - Synchronous families (dp, gpipe, 1f1b, synchronous ps, hybrid with BSP): 0.
 - PipeDream (asynchronous 1F1B, weight stashing, no flush): stage ``s`` of ``S`` runs

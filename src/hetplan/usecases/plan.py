@@ -55,7 +55,12 @@ class SearchRequest:
     analytical: bool = False
     strategies: str | None = None
     what_if: bool = False
+    asynchronous: bool = False
+    """Plan asynchronous families too (PipeDream, WSP hybrid, async PS); without it they are
+    planned only where ``strategies`` names one (issue 27: synchronous unless asked)."""
     sync_only: bool = False
+    """``--sync-only`` (the default now, kept for old scripts): refuses asynchronous families
+    named in ``strategies`` and ``asynchronous``."""
     time_limit: float | None = None
 
     def options(self, cluster: Cluster) -> SearchOptions:
@@ -77,7 +82,7 @@ class SearchRequest:
                 budget_usd=self.budget,
             ),
             optimizer=self.optimizer,
-            families=_families(self.strategies, self.what_if, self.sync_only),
+            families=_families(self.strategies, self.what_if, asks_asynchronous(self)),
             runnable_only=not self.what_if,
             dataset_size=size,
             time_limit_s=self.time_limit,
@@ -121,22 +126,17 @@ class SearchRequest:
             raise InputError(f"--time-limit must be >= 0 seconds (got {self.time_limit:g})")
 
 
-def _families(text: str | None, what_if: bool, sync_only: bool = False) -> tuple[str, ...]:
-    """The strategy families to search: ``--strategies``, else every runnable one (every one
-    with ``what_if``), less the asynchronous ones with ``sync_only``."""
+def _families(text: str | None, what_if: bool, asynchronous: bool = False) -> tuple[str, ...]:
+    """The strategy families to search: ``--strategies`` (an asynchronous family named there
+    is asked for), else every runnable one (every one with ``what_if``), the asynchronous
+    ones only with ``asynchronous``."""
     if text is None:
         default = FAMILIES if what_if else RUNNABLE
-        return tuple(n for n in default if not (sync_only and n in ASYNCHRONOUS_FAMILIES))
+        return tuple(n for n in default if asynchronous or n not in ASYNCHRONOUS_FAMILIES)
     names = tuple(x.strip() for x in text.split(",") if x.strip())
     bad = [n for n in names if n not in FAMILIES]
     if bad or not names:
         raise InputError(f"--strategies: unknown {bad or text!r}; expected some of {FAMILIES}")
-    stale = [n for n in names if n in ASYNCHRONOUS_FAMILIES]
-    if stale and sync_only:
-        raise InputError(
-            f"--sync-only excludes asynchronous plans, but --strategies asks for "
-            f"{', '.join(stale)}; drop one of the two options"
-        )
     unrunnable = [n for n in names if n not in RUNNABLE]
     if unrunnable and not what_if:
         raise InputError(
@@ -144,6 +144,19 @@ def _families(text: str | None, what_if: bool, sync_only: bool = False) -> tuple
             f"add --what-if to price it anyway (runnable: {', '.join(RUNNABLE)})"
         )
     return names
+
+
+def asks_asynchronous(req: SearchRequest) -> bool:
+    """Whether asynchronous plans were asked for: ``--asynchronous``, or an asynchronous
+    family named in ``--strategies``; InputError when ``--sync-only`` says otherwise."""
+    names = {x.strip() for x in (req.strategies or "").split(",")}
+    stale = sorted(names & set(ASYNCHRONOUS_FAMILIES))
+    if req.sync_only and (stale or req.asynchronous):
+        asked = f"--strategies asks for {', '.join(stale)}" if stale else "--asynchronous"
+        raise InputError(
+            f"--sync-only excludes asynchronous plans, but {asked}; drop one of the two options"
+        )
+    return req.asynchronous or bool(stale)
 
 
 def check_prices(objective: Objective, budget: float | None, cluster: Cluster) -> None:
@@ -184,7 +197,7 @@ def search_plans(req: SearchRequest, feedback: Feedback = SILENT) -> Searched:
     with feedback.search() as progress:
         ranking = search(ref, model, clus, compute, opts, progress)
     seconds = time.perf_counter() - start
-    if req.sync_only:
+    if not asks_asynchronous(req):
         ranking = without_asynchronous(ranking, clus)
     if not ranking.ranked:
         reasons = ", ".join(f"{k} ({v})" for k, v in ranking.rejected.items()) or "none"
@@ -201,7 +214,7 @@ def without_asynchronous(ranking: Ranking, cluster: Cluster) -> Ranking:
     if not dropped:
         return ranking
     rejected = ranking.rejected.copy()
-    rejected["asynchronous (--sync-only)"] += dropped
+    rejected["asynchronous (add --asynchronous)"] += dropped
     front = pareto_front([(r.metrics.time_s, r.metrics.energy_j) for r in keep])
     out = dataclasses.replace(
         ranking, ranked=keep, rejected=rejected, pareto=[keep[i] for i in front]
