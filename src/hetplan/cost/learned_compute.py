@@ -99,7 +99,7 @@ class LearnedCompute:
         out = []
         for layer in graph.layers:
             fwd, bwd = (
-                fit.seconds(_class_vector(layer, b, batch, rates), _kernels(layer, b), b) * scale
+                fit.seconds(class_vector(layer, b, batch, rates), pass_kernels(layer, b), b) * scale
                 for b in (False, True)
             )
             out.append(LayerCost(fwd_s=fwd, bwd_s=bwd, source=label))
@@ -123,14 +123,14 @@ class LearnedCompute:
         ]
 
 
-def _class_vector(layer: LayerInfo, backward: bool, batch: float, rates: ClassRates) -> list[float]:
+def class_vector(layer: LayerInfo, backward: bool, batch: float, rates: ClassRates) -> list[float]:
     """The layer's calibrated seconds per class of :data:`OP_CLASSES` (the fit's ``T_c``)."""
     passes = BWD_WEIGHT_PASSES if backward else FWD_WEIGHT_PASSES
     times = class_times(layer, backward, batch, passes, rates)
     return [times.get(c, 0.0) for c in OP_CLASSES]
 
 
-def _kernels(layer: LayerInfo, backward: bool) -> int:
+def pass_kernels(layer: LayerInfo, backward: bool) -> int:
     return layer.bwd_kernels if backward else layer.fwd_kernels
 
 

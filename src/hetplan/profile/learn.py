@@ -21,7 +21,7 @@ from hetplan.cluster.catalog import device_type
 from hetplan.cluster.spec import Device
 from hetplan.cost.compute import SAME_RATE_DTYPE, AnalyticalCompute
 from hetplan.cost.learned import MIN_MODELS, ClassFit, LayerSample, fit_classes
-from hetplan.cost.learned_compute import _class_vector, _kernels
+from hetplan.cost.learned_compute import class_vector, pass_kernels
 from hetplan.errors import InputError
 from hetplan.planspec import ModelRef
 from hetplan.profile.store import _safe, profile_dir
@@ -72,8 +72,8 @@ def layer_samples(profile: Profile, analytical: AnalyticalCompute) -> list[Layer
                     LayerSample(
                         model=profile.model,
                         backward=backward,
-                        class_s=tuple(_class_vector(layer, backward, batch.batch, rates)),
-                        kernels=_kernels(layer, backward),
+                        class_s=tuple(class_vector(layer, backward, batch.batch, rates)),
+                        kernels=pass_kernels(layer, backward),
                         measured_s=stats.median_s,
                     )
                 )
