@@ -131,6 +131,7 @@ def class_vector(layer: LayerInfo, backward: bool, batch: float, rates: ClassRat
 
 
 def pass_kernels(layer: LayerInfo, backward: bool) -> int:
+    """Kernels the layer launches in one pass (the fit's ``K``)."""
     return layer.bwd_kernels if backward else layer.fwd_kernels
 
 
