@@ -178,7 +178,8 @@ def on_stream(cal: Calibration) -> Calibration:
     calibrations are returned as they are."""
     if cal.timing == STREAM or cal.synchronous:
         return cal
-    shift = cal.call_floor_s() - DEVICE_KERNEL_MIN_S
+    floor = cal.call_floor_s()
+    shift = floor - DEVICE_KERNEL_MIN_S
     if shift <= 0:
         return cal
 
@@ -188,7 +189,7 @@ def on_stream(cal: Calibration) -> Calibration:
     curves = tuple(
         dataclasses.replace(c, points=tuple(point(p) for p in c.points)) for c in cal.curves
     )
-    note = f"per-call floor of {cal.call_floor_s() * 1e6:.1f} us taken out (on_stream)"
+    note = f"per-call floor of {floor * 1e6:.1f} us taken out (on_stream)"
     return dataclasses.replace(cal, curves=curves, timing=STREAM, notes=(*cal.notes, note))
 
 

@@ -83,18 +83,21 @@ class ClassFit:
     median_error: float
     """Median |relative error| over the samples it was fitted on."""
 
-    def seconds(self, class_s: Sequence[float], kernels: int, backward: bool) -> float:
-        """One pass of a layer: the bound of its device and host times (module doc)."""
+    def terms(self, class_s: Sequence[float], kernels: int, backward: bool) -> tuple[float, float]:
+        """One pass of a layer: its device time and its host time."""
         p = int(backward)
         device = sum(s * t for s, t in zip(self.scales[p], class_s, strict=True))
-        host = self.layer_s[p] + self.kernel_s[p] * kernels
+        return device, self.layer_s[p] + self.kernel_s[p] * kernels
+
+    def seconds(self, class_s: Sequence[float], kernels: int, backward: bool) -> float:
+        """One pass of a layer: the bound of its device and host times (module doc)."""
+        device, host = self.terms(class_s, kernels, backward)
         return float((device**OVERLAP_P + host**OVERLAP_P) ** (1.0 / OVERLAP_P))
 
     def host_bound(self, class_s: Sequence[float], kernels: int, backward: bool) -> bool:
         """Whether the host, not the device, sets this pass's time."""
-        p = int(backward)
-        device = sum(s * t for s, t in zip(self.scales[p], class_s, strict=True))
-        return self.layer_s[p] + self.kernel_s[p] * kernels > device
+        device, host = self.terms(class_s, kernels, backward)
+        return host > device
 
     @property
     def label(self) -> str:

@@ -96,13 +96,20 @@ class LearnedCompute:
         label = fit.label
         if fit.dtype != self.analytical.dtype:
             label += f" ({fit.dtype} profiles: same peak)"
+        # Identical layers (a transformer's blocks) have equal work: each priced once.
+        memo: dict[tuple[object, ...], LayerCost] = {}
         out = []
         for layer in graph.layers:
-            fwd, bwd = (
-                fit.seconds(class_vector(layer, b, batch, rates), pass_kernels(layer, b), b) * scale
-                for b in (False, True)
-            )
-            out.append(LayerCost(fwd_s=fwd, bwd_s=bwd, source=label))
+            key = (layer.work, layer.param_bytes, layer.fwd_kernels, layer.bwd_kernels)
+            cost = memo.get(key)
+            if cost is None:
+                fwd, bwd = (
+                    fit.seconds(class_vector(layer, b, batch, rates), pass_kernels(layer, b), b)
+                    * scale
+                    for b in (False, True)
+                )
+                cost = memo[key] = LayerCost(fwd_s=fwd, bwd_s=bwd, source=label)
+            out.append(cost)
         return out
 
     def _scaled(

@@ -93,8 +93,6 @@ class StoreFits:
         self.profiles = profiles
         self.analytical = analytical
         self.directory = directory
-        self.skipped: list[str] = []
-        """Profiles that could not teach (model not rebuildable), with why."""
         self._fits: dict[str, ClassFit | None] = {}
 
     def types(self) -> tuple[str, ...]:
@@ -129,8 +127,8 @@ class StoreFits:
         for p in teaching:
             try:
                 samples += layer_samples(p, self.analytical)
-            except (InputError, ValueError) as exc:
-                self.skipped.append(f"{p.model}: {exc}")
+            except (InputError, ValueError):
+                continue  # a model not rebuildable here (a user file moved): it cannot teach
         try:
             fit = fit_classes(samples, type_name, dtype)
         except ValueError:
