@@ -24,3 +24,19 @@ class InfeasibleError(HetplanError):
 class SettingError(InputError, ValueError):
     """A settings object built with a bad value: an InputError for the CLI (exit 2) and a
     ValueError for library callers that validate arguments the usual way."""
+
+
+class Interrupted(BaseException):
+    """The command got SIGINT (Ctrl-C) or SIGTERM. A BaseException, like KeyboardInterrupt, so
+    that no handler of ordinary errors swallows it on the way out (every ``finally`` and
+    temporary folder still runs its clean-up); the CLI prints its message in one line and exits
+    with 128 + the signal's number, as a shell does for a process the signal killed."""
+
+    def __init__(self, signum: int, message: str = "") -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.message = message
+        """What was kept and how to go on (the flow that was interrupted adds it)."""
+
+    def with_message(self, message: str) -> "Interrupted":
+        return Interrupted(self.signum, message)

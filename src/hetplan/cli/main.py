@@ -29,7 +29,8 @@ from hetplan.cli import (
     cmd_tune,
 )
 from hetplan.cli.output import silence_stdout
-from hetplan.errors import HetplanError
+from hetplan.cli.signals import describe, interruptible
+from hetplan.errors import HetplanError, Interrupted
 
 app = typer.Typer(
     name="hetplan",
@@ -88,10 +89,14 @@ for _module in (
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
     try:
-        app(args=argv, standalone_mode=True)
+        with interruptible():
+            app(args=argv, standalone_mode=True)
     except HetplanError as err:
         print(f"hetplan: error: {err}", file=sys.stderr)
         sys.exit(2)
+    except Interrupted as err:
+        print(f"hetplan: {describe(err)}", file=sys.stderr)
+        sys.exit(128 + err.signum)
     except SystemExit as done:
         if done.code == 1 and _stdout_closed():
             sys.exit(0)  # the reader stopped early (``| head``): not an error

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from hetplan.cli.progress_view import ProgressLine
+from hetplan.run.loop.rank_warnings import WarningReader
 
 if TYPE_CHECKING:
     from hetplan.plan.options import Progress as SearchProgress
@@ -40,6 +41,8 @@ class Terminal:
 
     def __init__(self, quiet: bool = False) -> None:
         self.quiet = quiet
+        self._warned: set[tuple[str, str]] = set()
+        """Warnings shown already (once per command, whichever run or rank raised them)."""
 
     def phase(self, text: str) -> AbstractContextManager[object]:
         return working(text, quiet=self.quiet)
@@ -68,5 +71,21 @@ class Terminal:
     def run(
         self, logs: Path, ranks: int | Sequence[int], steps: int, label: str = "training"
     ) -> Iterator[Callable[[], None]]:
+        reader = WarningReader(logs)
+
+        def tick() -> None:
+            line.poll()
+            self._warn(reader, line.console)  # the live line's console prints above it
+
         with ProgressLine(logs, ranks, steps, enabled=not self.quiet, label=label) as line:
-            yield line.poll
+            try:
+                yield tick
+            finally:
+                self._warn(reader, line.console)  # what the ranks warned since the last tick
+
+    def _warn(self, reader: WarningReader, console: Console) -> None:
+        """Print each new distinct warning of the ranks, even under ``--json`` (stderr)."""
+        for found in reader.read_new():
+            if found.key not in self._warned:
+                self._warned.add(found.key)
+                console.print(found.text(), markup=False, soft_wrap=True, highlight=False)

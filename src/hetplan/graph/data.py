@@ -65,5 +65,17 @@ def loss_function(built: BuiltModel) -> LossFn:
             return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
         return lm_loss
-    loss: LossFn = F.cross_entropy if built.task == "classify" else F.mse_loss
-    return loss
+    return F.cross_entropy if built.task == "classify" else same_shape_mse
+
+
+def same_shape_mse(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of a target shaped as the output. torch's ``mse_loss`` broadcasts
+    other shapes (a ``(N,)`` target against an ``(N, 1)`` output averages N x N differences)
+    and only warns: as the default loss, hetplan refuses them."""
+    if output.shape != target.shape:
+        raise ValueError(
+            f"the default loss (mean squared error) got targets of shape {tuple(target.shape)} "
+            f"for outputs of shape {tuple(output.shape)}: reshape the targets in the dataset, "
+            "or return (dataset, loss_fn) from the data function"
+        )
+    return F.mse_loss(output, target)

@@ -25,7 +25,7 @@ from hetplan.run.loop.trial import StopRule
 from hetplan.run.loop.worker import train_and_gather, train_rank
 from hetplan.run.measurement.measure import Measurement, summarize
 from hetplan.run.setup.checkpoint import find_checkpoint, read_info
-from hetplan.run.setup.data import canonical_ref, load_data
+from hetplan.run.setup.data import canonical_ref, check_batch_fits
 from hetplan.run.setup.layout import check_executable, run_devices
 from hetplan.run.setup.model import ModelSource, layer_names, source_for
 from hetplan.run.setup.tensor_parallel import layout_for
@@ -83,7 +83,7 @@ def check_training(plan: Plan, training: Training) -> Path | None:
     """InputError for bad data, resume or checkpoint settings, before any process starts;
     returns the checkpoint folder to resume from."""
     if training.data is not None:
-        load_data(training.data)
+        check_batch_fits(training.data, plan.global_batch)
     ps_async = spec_of(plan).executor(plan) == "ps-async"
     if ps_async and (training.checkpoint_dir or training.resume):
         raise InputError(

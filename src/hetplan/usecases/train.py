@@ -15,7 +15,7 @@ from pathlib import Path
 from hetplan.bench.runner import comparable_memory
 from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Cluster
-from hetplan.errors import InputError
+from hetplan.errors import InputError, Interrupted
 from hetplan.plan.stamp import check_cluster
 from hetplan.planspec import Plan
 from hetplan.profile.power_store import PowerRecord, record_power_points, with_power_fits
@@ -35,6 +35,7 @@ from hetplan.run.measurement.measure import (
     with_trace,
 )
 from hetplan.run.measurement.writeback import WriteBack, write_measured
+from hetplan.run.setup.checkpoint import find_checkpoint
 from hetplan.run.setup.layout import run_devices
 from hetplan.run.setup.model import source_for
 from hetplan.run.setup.precision import PRECISIONS
@@ -210,10 +211,11 @@ def execute(
             try:
                 raw = _launch(plan, clus, opts, training, here, tick)
             except RunError as err:  # keep the steps measured so far, then fail in one line
-                kept = _keep_steps(logs, ranks, step_log, here)
-                if opts.save_profile:
-                    kept += ("; " if kept else "") + "no profile written back (the run failed)"
+                kept = _kept(logs, ranks, step_log, here, opts, "the run failed")
                 raise _with_log(err, step_log, kept) from None
+            except Interrupted as stop:  # every process of the run is gone already
+                kept = _kept(logs, ranks, step_log, here, opts, "the run was interrupted")
+                raise stop.with_message(kept) from None
         if raw is None:
             return None
         log_results(logs, raw, plan, opts.warmup)
@@ -253,6 +255,34 @@ def _with_log(err: RunError, step_log: Path, kept: str) -> RunError:
         except OSError:
             pass  # the message stands without the log
     return RunError("; ".join(parts), rank=err.rank, details=err.details)
+
+
+def _kept(
+    logs: Path,
+    ranks: list[int],
+    step_log: Path,
+    here: NodeRun | None,
+    opts: TrainOptions,
+    why: str,
+) -> str:
+    """What a run that ended early kept, in words: its complete steps (written beside the
+    measurement), that no profile went back, and the checkpoint to resume from."""
+    parts = [_keep_steps(logs, ranks, step_log, here)]
+    if opts.save_profile:
+        parts.append(f"no profile written back ({why})")
+    parts.append(_resume_hint(opts.checkpoint))
+    return "; ".join(p for p in parts if p)
+
+
+def _resume_hint(directory: Path | None) -> str:
+    """``resume with --resume <the newest complete checkpoint>``, or nothing without one."""
+    if directory is None:
+        return ""
+    try:
+        folder = find_checkpoint(directory)
+    except InputError:
+        return f"no checkpoint was written to {directory}"
+    return f"resume with --resume {folder}"
 
 
 def _keep_steps(logs: Path, ranks: list[int], step_log: Path, here: NodeRun | None) -> str:

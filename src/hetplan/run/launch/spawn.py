@@ -41,6 +41,11 @@ LOG_FILE = "agent.log"
 LOG_TAIL_CHARS = 4000  # characters of the agent's log kept in RunError.details
 KILL_WAIT_S = 10.0  # seconds to wait for killed processes to be gone
 TICK_S = 0.2  # seconds between progress polls
+RUN_PREFIX = "hetplan-run-"
+SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX socket path on Linux (sun_path[108], NUL ended)
+RANDOM_CHARS = 9  # "/" and tempfile's 8 random characters of a folder name
+FORKSERVER_SUFFIX = len("/pymp-12345678/listener-12345678")  # multiprocessing's socket there
+SHORT_ROOT = "/tmp"  # a short temporary directory where the usual one is too long
 
 
 class RunError(HetplanError):
@@ -266,11 +271,21 @@ def _spec(
 def _launch(
     spec: LaunchSpec, timeout_s: float, on_tick: Callable[[], None] | None
 ) -> dict[int, Any]:
-    with tempfile.TemporaryDirectory(prefix="hetplan-run-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=RUN_PREFIX, dir=_run_root()) as tmp:
         folder = Path(tmp)
         (folder / SPEC_FILE).write_bytes(pickle.dumps(spec))
         _run_agent(folder, timeout_s, on_tick)
         return _read_result(folder, spec)
+
+
+def _run_root() -> str | None:
+    """Where the run's folder goes: the usual temporary directory, unless the forkserver's
+    socket would not fit an AF_UNIX path there (the agent's TMPDIR is the run's folder), then
+    /tmp; None: the usual one."""
+    longest = len(tempfile.gettempdir()) + len(RUN_PREFIX) + RANDOM_CHARS + FORKSERVER_SUFFIX
+    if longest <= SOCKET_PATH_MAX or not os.access(SHORT_ROOT, os.W_OK):
+        return None
+    return SHORT_ROOT
 
 
 def _check_cpus(cpus: list[tuple[int, ...] | None]) -> None:
@@ -291,6 +306,9 @@ def _run_agent(folder: Path, timeout_s: float, on_tick: Callable[[], None] | Non
     env.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2")
     # Ranks import the entry the way the caller does (tests, user modules).
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    # The agent's and ranks' temporary files (torch elastic's torchelastic_* logs,
+    # multiprocessing's pymp-* folder) go into the run's folder, removed with it.
+    env["TMPDIR"] = str(folder)
     with open(folder / LOG_FILE, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "hetplan.run.launch._agent", str(folder)],

@@ -10,6 +10,7 @@ which collects every rank's result on rank 0. The job and the result are the typ
 from __future__ import annotations
 
 import functools
+import math
 import socket
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from hetplan.run.loop.rank_setup import (
     setup_server,
     wave_sync,
 )
+from hetplan.run.loop.rank_warnings import captured_warnings
 from hetplan.run.loop.steplog import StepLogWriter
 from hetplan.run.loop.trial import StopRule
 from hetplan.run.meters.energy import EnergyMeter, meter_for, power_limit_w
@@ -75,7 +77,13 @@ def make_optimizer(
 
 
 def train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
-    """Run this rank's part of ``job.plan``; return its timings (and step-0 grads)."""
+    """Run this rank's part of ``job.plan``; return its timings (and step-0 grads). Its
+    warnings go to the run's log folder, where the command shows them."""
+    with captured_warnings(job.log_dir, ctx.rank):
+        return _train_rank(ctx, job)
+
+
+def _train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     plan, source, seed = job.plan, job.source, job.seed
     roles = rank_roles(plan)
     ranks = len(run_devices(plan))
@@ -298,6 +306,7 @@ class _Loop:
                 self._open_window()
             self._step(i, step)
             _record_step(self.out, ex)
+            _check_loss(self.out.loss[-1], step, role)
             if i == self.total - 1:  # before the last step's log line and checkpoint
                 self._close_window()
             if role.tp_rank:  # the loss is replicated over the stage's shards: count it once
@@ -448,6 +457,19 @@ class _Loop:
         if why is not None:
             self.out.stopped = why
         return why is not None
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss of a step is NaN or infinite: the run stops before it checkpoints the state
+    that step left (the last checkpoint written is the last good one)."""
+
+
+def _check_loss(loss: float | None, step: int, role: RankRole) -> None:
+    if loss is not None and not math.isfinite(loss):
+        raise NonFiniteLossError(
+            f"loss is {loss} at step {step} (pipeline {role.pipeline}): the data holds NaN or "
+            "infinite values, or the training diverged (a lower --lr?)"
+        )
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:

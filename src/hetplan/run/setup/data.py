@@ -18,6 +18,7 @@ steps, so a checkpoint resumes at the same sample under a plan with another batc
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,22 @@ def load_data(ref: str) -> UserData:
         ) from None
     _check_sample(ref, first)
     return data
+
+
+def check_batch_fits(ref: str, batch: int) -> None:
+    """InputError when the dataset ``ref`` holds fewer samples than one global batch: every
+    step would repeat samples within itself (an iterable dataset is read up to ``batch``)."""
+    data = load_data(ref)
+    if isinstance(data.dataset, IterableDataset):
+        size = sum(1 for _ in itertools.islice(iter(data.dataset), batch))
+    else:
+        size = _length(ref, data.dataset)
+    if size < batch:
+        raise InputError(
+            f"--data {ref}: the dataset holds {size} samples, fewer than one global batch of "
+            f"the plan ({batch}); every step would repeat samples: use more data or a plan "
+            "with a smaller --batch"
+        )
 
 
 def _length(ref: str, dataset: Any) -> int:
