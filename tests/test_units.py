@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from hetplan.units import fmt_bytes, fmt_dollars, fmt_joules, fmt_percent, plural
+from hetplan.units import (
+    fmt_bytes,
+    fmt_dollars,
+    fmt_duration,
+    fmt_joules,
+    fmt_percent,
+    plural,
+)
 
 
 @pytest.mark.parametrize(
@@ -89,3 +96,21 @@ def test_fmt_bytes_is_decimal() -> None:
     assert fmt_bytes(80 * 2**30) == "85.90 GB"  # an "80 GB" HBM card: 80 GiB
     assert fmt_bytes(1e9) == "1.00 GB"
     assert fmt_bytes(999) == "999 B"
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected", "short"),
+    [
+        (0.69512, "695.12 ms", "695.12 ms"),  # below a minute: as fmt_seconds prints it
+        (59.9, "59.900 s", "59.900 s"),
+        (60.0, "60 s (1.00 min)", "1.00 min"),
+        (3479.077, "3479 s (58.0 min)", "58.0 min"),
+        (3599.9, "3600 s (1.00 h)", "1.00 h"),  # rounds to an hour: the next unit up
+        (5373.858, "5374 s (1.49 h)", "1.49 h"),
+        (359_000.0, "359000 s (99.7 h)", "99.7 h"),
+        (360_000.0, "360000 s (4.17 d)", "4.17 d"),
+    ],
+)
+def test_fmt_duration(seconds: float, expected: str, short: str) -> None:
+    assert fmt_duration(seconds) == expected
+    assert fmt_duration(seconds, short=True) == short

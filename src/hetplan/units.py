@@ -42,6 +42,22 @@ def fmt_seconds(s: float) -> str:
     return f"{s * 1e6:.1f} us"
 
 
+_LONG_UNITS = (("d", 86400.0, 360000.0), ("h", 3600.0, 3600.0), ("min", 60.0, 60.0))
+"""(unit, seconds, from): hours up to 100 h, where days take over ("99.9 h", "4.17 d")."""
+
+
+def fmt_duration(s: float, *, short: bool = False) -> str:
+    """A duration a person reads at a glance: :func:`fmt_seconds` below a minute, else whole
+    seconds beside minutes, hours or days with 3 significant digits (``"3479 s (58.0 min)"``);
+    ``short`` keeps the human unit alone (``"58.0 min"``) where room is scarce (table cells)."""
+    rounded = float(f"{s:.3g}")  # first: 3599.9 s rounds to 3600 s, printed as 1.00 h
+    if not math.isfinite(s) or rounded < 60.0:
+        return fmt_seconds(s)
+    unit, scale = next((u, scale) for u, scale, start in _LONG_UNITS if rounded >= start)
+    human = f"{_significant(rounded / scale, 3)} {unit}"
+    return human if short else f"{s:.0f} s ({human})"
+
+
 def plural(n: int, word: str, plural: str | None = None) -> str:
     """``n`` and ``word`` in agreement: ``plural(1, "node")`` -> ``"1 node"``, ``plural(2,
     "node")`` -> ``"2 nodes"``; ``plural`` for irregular words (``"1 device(s)"`` never)."""

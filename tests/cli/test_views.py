@@ -299,7 +299,7 @@ def test_predict_states_the_edp_basis(capsys: pytest.CaptureFixture[str]) -> Non
     out = capsys.readouterr().out
     per_it = pred.energy_j_per_iteration * pred.iteration_time_s
     assert f"EDP {per_it:.4g} J*s per iteration ({pred.edp:.4g} J*s per epoch)" in out
-    assert "(100 iterations)" in out
+    assert "epoch of 100 iterations: " in out
     assert "1 GB = 10^9 bytes" in out and "GiB" not in out
 
     pred = predict(plan, _graph(), cluster, AnalyticalCompute())

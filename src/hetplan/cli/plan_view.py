@@ -23,9 +23,9 @@ from hetplan.units import (
     BYTES_NOTE,
     fmt_bytes,
     fmt_dollars,
+    fmt_duration,
     fmt_joules,
     fmt_percent,
-    fmt_seconds,
     plural,
 )
 
@@ -167,8 +167,8 @@ def _cells(i: int, row: TableRow, price: str | None) -> list[str]:
         r.candidate.label + (f" [dim]{tag}[/]" if tag else ""),
         str(r.metrics.devices),
         staleness_text(r.candidate.plan),
-        fmt_seconds(p.iteration_time_s),
-        "-" if p.epoch_time_s is None else fmt_seconds(p.epoch_time_s),
+        fmt_duration(p.iteration_time_s, short=True),
+        "-" if p.epoch_time_s is None else fmt_duration(p.epoch_time_s, short=True),
         _samples(p.samples_per_s),
         _mem_free(r),
         f"{p.power_w:.0f}",
@@ -217,7 +217,7 @@ def print_ranking(ranking: Ranking, top: int, seconds: float) -> None:
     for note in ranking.notes:
         console.print(f"note: {note}", markup=False)
     front = ", ".join(
-        f"{fmt_seconds(r.metrics.time_s)} / {fmt_joules(r.metrics.energy_j)}"
+        f"{fmt_duration(r.metrics.time_s)} / {fmt_joules(r.metrics.energy_j)}"
         for r in ranking.pareto
     )
     console.print(f"time-energy Pareto front (iteration / energy per iteration): {front}")

@@ -9,6 +9,7 @@ from hetplan.units import (
     BYTES_NOTE,
     fmt_bytes,
     fmt_dollars,
+    fmt_duration,
     fmt_joules,
     fmt_percent,
     fmt_seconds,
@@ -30,7 +31,7 @@ def print_prediction(pred: Prediction) -> None:
     for reason in pred.infeasible_reasons:
         console.print(f"  [red]does not fit[/] {reason}")
     console.print(
-        f"iteration {fmt_seconds(pred.iteration_time_s)}   throughput "
+        f"iteration {fmt_duration(pred.iteration_time_s)}   throughput "
         f"{pred.samples_per_s:.1f} samples/s   batch {pred.global_batch} "
         f"(micro-batches of {', '.join(map(str, sorted(set(pred.micro_batch_sizes))))})"
     )
@@ -38,7 +39,7 @@ def print_prediction(pred: Prediction) -> None:
         iters = plural(pred.iterations_per_epoch or 0, "iteration")
         energy = pred.energy_j_per_epoch or 0.0
         console.print(
-            f"epoch {fmt_seconds(pred.epoch_time_s)} ({iters}), "
+            f"epoch of {iters}: {fmt_duration(pred.epoch_time_s)}, "
             f"{fmt_joules(energy)} ({energy / 3.6e6:.3g} kWh)"
         )
     console.print(

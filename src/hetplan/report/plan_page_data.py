@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from hetplan.planspec.trace import Span
 from hetplan.report.gantt import KIND_NAMES, GanttBar, kind_name
 from hetplan.schedule.types import res_devices
-from hetplan.units import fmt_bytes, fmt_seconds
+from hetplan.units import fmt_bytes, fmt_duration, fmt_seconds
 
 if TYPE_CHECKING:
     from hetplan.planspec import Plan
@@ -205,7 +205,7 @@ def summary(prediction: Prediction) -> list[tuple[str, str]]:
     p = prediction
     out = [
         ("strategy", p.strategy),
-        ("iteration time", fmt_seconds(p.iteration_time_s)),
+        ("iteration time", fmt_duration(p.iteration_time_s)),
         ("throughput", f"{p.samples_per_s:,.1f} samples/s"),
         ("energy per iteration", f"{p.energy_j_per_iteration:,.3f} J"),
         ("power", f"{p.power_w:,.1f} W"),
@@ -218,7 +218,7 @@ def summary(prediction: Prediction) -> list[tuple[str, str]]:
         ("cost source", p.cost_source),
     ]
     if p.epoch_time_s is not None:
-        out.insert(4, ("epoch time", fmt_seconds(p.epoch_time_s)))
+        out.insert(4, ("epoch time", fmt_duration(p.epoch_time_s)))
     if p.dollars_per_iteration is not None:
         out.append(("cost per iteration", f"${p.dollars_per_iteration:.6f}"))
     return out
