@@ -58,3 +58,14 @@ def diverges() -> tuple[TensorDataset, Callable[[torch.Tensor, torch.Tensor], to
         return value * float("nan") if _calls[0] >= NAN_AT_CALL else value
 
     return _images(SAMPLES), loss
+
+
+def plain() -> TensorDataset:
+    """Images and targets of the output's shape: nothing wrong."""
+    return _images(SAMPLES)
+
+
+def wider() -> tuple[nn.Module, tuple[int, ...]]:
+    """Another model with the same layer names as :func:`model`."""
+    net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 1, 3, padding=1))
+    return net, (1, 8, 8)

@@ -47,6 +47,9 @@ class Recorder:
         self.said.append(label)
         yield lambda: None
 
+    def note(self, text: str) -> None:
+        self.said.append(text)
+
 
 def _request(**kw: object) -> SearchRequest:
     args: dict[str, object] = {"model": "gpt-tiny", "cluster": CLUSTER, "batch": 8}

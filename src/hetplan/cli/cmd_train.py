@@ -69,7 +69,21 @@ def train_cmd(
         Path | None,
         typer.Option(help="Start from a checkpoint (a step folder, or a --checkpoint directory)."),
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of initial weights and data order.")] = 0,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Seed of initial weights and data order (default 0; a resumed run keeps its "
+            "checkpoint's)."
+        ),
+    ] = None,
+    overwrite_checkpoint: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite-checkpoint",
+            help="Replace the checkpoints another run left in the --checkpoint directory "
+            "(refused otherwise, unless this run resumes from it).",
+        ),
+    ] = False,
     other_cluster: OtherClusterOpt = False,
     lr: Annotated[
         float | None, typer.Option(help="Learning rate (default: 0.01 for SGD, 1e-3 for Adam).")
@@ -101,7 +115,7 @@ def train_cmd(
     opts = flow.TrainOptions(
         steps=steps, warmup=warmup, timeout=timeout, seed=seed, data=data, resume=resume,
         checkpoint=checkpoint, checkpoint_every=checkpoint_every, lr=lr, profiles=profiles,
-        save_profile=save_profile,
+        save_profile=save_profile, overwrite_checkpoint=overwrite_checkpoint,
     )  # fmt: skip
     if print_commands:  # a run checks these itself (run_plan, run_node) before it starts
         options = _options(steps, warmup, out, data, checkpoint, checkpoint_every, resume, seed, lr)
@@ -109,6 +123,7 @@ def train_cmd(
         options += ["--other-cluster"] if other_cluster else []
         options += ["--profiles", str(profiles)] if profiles is not None else []
         options += [] if save_profile else ["--no-save-profile"]
+        options += ["--overwrite-checkpoint"] if overwrite_checkpoint else []
         lines = flow.node_command_lines(
             plan, clus, opts, paths=(plan_file, cluster), rdzv=rdzv, options=options
         )
@@ -156,7 +171,7 @@ def _options(
     checkpoint: Path | None,
     every: int,
     resume: Path | None,
-    seed: int,
+    seed: int | None,
     lr: float | None,
 ) -> list[str]:
     """The options of this ``train`` that every node's command repeats."""
@@ -168,7 +183,7 @@ def _options(
             opts += [flag, str(value)]
     if every:
         opts += ["--checkpoint-every", str(every)]
-    if seed:
+    if seed is not None:
         opts += ["--seed", str(seed)]
     if lr is not None:
         opts += ["--lr", repr(lr)]

@@ -83,6 +83,10 @@ class Terminal:
             finally:
                 self._warn(reader, line.console)  # what the ranks warned since the last tick
 
+    def note(self, text: str) -> None:
+        """On stderr, even under ``--json`` (whose stdout is the result)."""
+        _stderr.print(text, markup=False, soft_wrap=True, highlight=False)
+
     def _warn(self, reader: WarningReader, console: Console) -> None:
         """Print each new distinct warning of the ranks, even under ``--json`` (stderr)."""
         for found in reader.read_new():

@@ -24,7 +24,12 @@ from hetplan.run.loop.steplog import StepLogWriter
 from hetplan.run.loop.trial import StopRule
 from hetplan.run.loop.worker import train_and_gather, train_rank
 from hetplan.run.measurement.measure import Measurement, summarize
-from hetplan.run.setup.checkpoint import find_checkpoint, read_info
+from hetplan.run.setup.checkpoint import (
+    check_owned,
+    clear_checkpoints,
+    find_checkpoint,
+    read_info,
+)
 from hetplan.run.setup.data import canonical_ref, check_batch_fits
 from hetplan.run.setup.layout import check_executable, run_devices
 from hetplan.run.setup.model import ModelSource, layer_names, source_for
@@ -77,6 +82,8 @@ class Training:
     lr: float | None = None
     """Learning rate (None: the optimizer's default, :data:`hetplan.run.loop.worker.SGD_LR` /
     :data:`~hetplan.run.loop.worker.ADAM_LR`)."""
+    overwrite_checkpoint: bool = False
+    """Replace the checkpoints another run left in :attr:`checkpoint_dir` (else refused)."""
 
 
 def check_training(plan: Plan, training: Training) -> Path | None:
@@ -96,11 +103,14 @@ def check_training(plan: Plan, training: Training) -> Path | None:
         raise InputError(f"--checkpoint-every must be >= 0 (got {training.checkpoint_every})")
     if training.checkpoint_dir is not None:
         _check_writable(training.checkpoint_dir, "--checkpoint")
+        check_owned(training.checkpoint_dir, training.resume, training.overwrite_checkpoint)
     if training.resume is None:
         return None
     folder = find_checkpoint(training.resume)
     info = read_info(folder)
-    if info.model != plan.model.name:
+    # Model references compared as resolved paths: unet.py:model, ./unet.py:model and its
+    # absolute path are one model.
+    if canonical_ref(info.model) != canonical_ref(plan.model.name):
         raise InputError(
             f"--resume {training.resume}: the checkpoint is of model {info.model!r}, "
             f"the plan trains {plan.model.name!r}"
@@ -116,6 +126,12 @@ def check_training(plan: Plan, training: Training) -> Path | None:
             f"{info.data or 'synthetic data'}, this run on {training.data or 'synthetic data'}"
         )
     return folder
+
+
+def _clear_if_asked(training: Training) -> None:
+    """``--overwrite-checkpoint``: the old run's checkpoints go, after every check passed."""
+    if training.overwrite_checkpoint and training.checkpoint_dir is not None:
+        clear_checkpoints(training.checkpoint_dir)
 
 
 def _check_writable(folder: Path, option: str) -> None:
@@ -156,6 +172,7 @@ def run_plan(
     if timeout_s <= 0:
         raise InputError(f"--timeout must be > 0 seconds (got {timeout_s:g})")
     resume = check_training(plan, train)
+    _clear_if_asked(train)
     cpus = [cluster.device(d).cpus for d in run_devices(plan)] if cluster is not None else None
     job = _job(plan, src, steps, warmup, seed, train, resume, layout, return_grads)
     devices = None
@@ -234,6 +251,8 @@ def run_node(
     resume = check_training(plan, train)
     devices = rank_devices(plan, cluster)
     check_local_devices(devices, node.ranks, _gpus())
+    if node.is_host:  # the folder is shared by the nodes: cleared once, before any joins
+        _clear_if_asked(train)
     values = launch_node(
         train_and_gather,
         node,

@@ -37,6 +37,10 @@ class Feedback(Protocol):
         """Around one run whose ranks log ``steps`` steps under ``logs``; yields its tick."""
         ...
 
+    def note(self, text: str) -> None:
+        """A line the user should read before the work goes on (``resumed from step 40``)."""
+        ...
+
 
 def _ignore(phase: str, done: int, total: int, /, *, best: str = "") -> None:
     """A search progress callback that shows nothing."""
@@ -61,6 +65,9 @@ class Silent:
         self, logs: Path, ranks: int | Sequence[int], steps: int, label: str = "training"
     ) -> Iterator[Tick]:
         yield _nothing
+
+    def note(self, text: str) -> None:
+        pass
 
 
 SILENT: Feedback = Silent()

@@ -35,7 +35,7 @@ from hetplan.run.measurement.measure import (
     with_trace,
 )
 from hetplan.run.measurement.writeback import WriteBack, write_measured
-from hetplan.run.setup.checkpoint import find_checkpoint
+from hetplan.run.setup.checkpoint import find_checkpoint, read_info
 from hetplan.run.setup.layout import run_devices
 from hetplan.run.setup.model import source_for
 from hetplan.run.setup.precision import PRECISIONS
@@ -62,7 +62,9 @@ class TrainOptions:
     steps: int
     warmup: int
     timeout: float = 600.0
-    seed: int = 0
+    seed: int | None = None
+    """Seed of the initial weights and the data order (None: 0; a resumed run keeps its
+    checkpoint's)."""
     data: str | None = None
     resume: Path | None = None
     checkpoint: Path | None = None
@@ -72,6 +74,8 @@ class TrainOptions:
     """Profile store directory (None: the default store)."""
     save_profile: bool = True
     """Write what the run measured back into the store."""
+    overwrite_checkpoint: bool = False
+    """Replace another run's checkpoints in :attr:`checkpoint` (else refused)."""
 
     @property
     def training(self) -> Training:
@@ -79,7 +83,12 @@ class TrainOptions:
         return Training(
             data=self.data, resume=self.resume, checkpoint_dir=self.checkpoint,
             checkpoint_every=self.checkpoint_every, lr=self.lr,
+            overwrite_checkpoint=self.overwrite_checkpoint,
         )  # fmt: skip
+
+    @property
+    def seed_value(self) -> int:
+        return 0 if self.seed is None else self.seed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,11 +195,29 @@ def train(
 ) -> TrainReport | NodeFinished:
     """Run (this node's ranks of) the plan, then report and write back what it measured."""
     here = None if node is None else node_run(plan, clus, node.node, node.rdzv, node.run_id)
+    for line in resume_notes(opts):
+        feedback.note(line)
     measured = execute(plan, clus, opts, here, steps_path(path), feedback)
     if measured is None:
         assert here is not None and node is not None
         return NodeFinished(node=node.node, ranks=len(here.ranks), first=here.nodes[0])
     return report(plan, clus, measured, path, opts)
+
+
+def resume_notes(opts: TrainOptions) -> list[str]:
+    """What a resumed run says before it starts: where it resumes, and a ``--seed`` it keeps
+    from the checkpoint instead (its data order and random streams go on as they were)."""
+    if opts.resume is None:
+        return []
+    folder = find_checkpoint(opts.resume)
+    info = read_info(folder)
+    notes = [f"resumed from step {info.step} ({folder})"]
+    if opts.seed is not None and opts.seed != info.seed:
+        notes.append(
+            f"--seed {opts.seed} ignored: a resumed run keeps its checkpoint's seed ({info.seed}), "
+            "so that its data order and random streams go on as they were"
+        )
+    return notes
 
 
 def execute(
@@ -233,11 +260,11 @@ def _launch(
 ) -> list[RankResult] | None:
     if here is None:
         return run_plan(
-            plan, cluster=clus, steps=opts.steps, warmup=opts.warmup, seed=opts.seed,
+            plan, cluster=clus, steps=opts.steps, warmup=opts.warmup, seed=opts.seed_value,
             timeout_s=opts.timeout, training=training, on_tick=tick,
         )  # fmt: skip
     return run_node(
-        plan, clus, here, steps=opts.steps, warmup=opts.warmup, seed=opts.seed,
+        plan, clus, here, steps=opts.steps, warmup=opts.warmup, seed=opts.seed_value,
         timeout_s=opts.timeout, training=training, on_tick=tick,
     )  # fmt: skip
 

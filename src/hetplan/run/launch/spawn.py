@@ -14,6 +14,7 @@ import ctypes
 import dataclasses
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
@@ -38,9 +39,12 @@ STORE_ERROR_CHARS = 120  # characters of a store error kept in a one-line messag
 RESULT_FILE = "result.pkl"
 SPEC_FILE = "spec.pkl"
 LOG_FILE = "agent.log"
-LOG_TAIL_CHARS = 4000  # characters of the agent's log kept in RunError.details
+LOG_TAIL_CHARS = 20_000  # characters of the agent's log kept in RunError.details
 KILL_WAIT_S = 10.0  # seconds to wait for killed processes to be gone
 TICK_S = 0.2  # seconds between progress polls
+NO_MESSAGE = "exited with code"
+"""The agent's cause of a rank that died without recording its exception (torch elastic's
+error file could not be written: a full disk, an ``os._exit``)."""
 RUN_PREFIX = "hetplan-run-"
 SOCKET_PATH_MAX = 107  # bytes of an AF_UNIX socket path on Linux (sun_path[108], NUL ended)
 RANDOM_CHARS = 9  # "/" and tempfile's 8 random characters of a folder name
@@ -381,7 +385,10 @@ def _log_tail(folder: Path) -> str:
         text = (folder / LOG_FILE).read_text(errors="replace")
     except OSError:
         return ""
-    return text[-LOG_TAIL_CHARS:]
+    if len(text) <= LOG_TAIL_CHARS:
+        return text
+    tail = text[-LOG_TAIL_CHARS:]
+    return tail[tail.find("\n") + 1 :]  # from a line's start, not mid-line
 
 
 def _read_result(folder: Path, spec: LaunchSpec) -> dict[int, Any]:
@@ -408,4 +415,17 @@ def failure_error(rank: int, cause: str, details: str, nodes: list[str] | None) 
     if cause.startswith(f"RuntimeError: {PEER_LOST}: "):
         return RunError(cause.removeprefix(f"RuntimeError: {PEER_LOST}: "), details=details)
     where = f" (node {nodes[rank]})" if nodes else ""
+    if cause.startswith(NO_MESSAGE):  # the rank could not record its error (a full disk)
+        last = last_exception(details)
+        cause = f"{last} ({cause}; from the log)" if last else cause
     return RunError(f"rank {rank}{where} failed: {cause}", rank=rank, details=details)
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)(: .*)?$")
+
+
+def last_exception(log: str) -> str | None:
+    """The last line of ``log`` that ends a Python traceback (``OSError: [Errno 28] No space
+    left on device``), None without one."""
+    lines = [line.strip() for line in log.splitlines()]
+    return next((line for line in reversed(lines) if _EXCEPTION_LINE.match(line)), None)

@@ -426,7 +426,7 @@ class _Loop:
             step=step,
             position=position,
             seed=self.seed,
-            model=self.plan.model.name,
+            model=canonical_ref(self.plan.model.name) or self.plan.model.name,
             optimizer=self.plan.optimizer,
             loss_scale=self.executor.scaler.scale,
             data=canonical_ref(self.job.data),

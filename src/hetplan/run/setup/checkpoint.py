@@ -88,6 +88,34 @@ def find_checkpoint(path: Path) -> Path:
     raise InputError(f"--resume {path}: no checkpoint there (expected {LATEST} or {INFO})")
 
 
+def check_owned(directory: Path, resume: Path | None, overwrite: bool) -> None:
+    """A checkpoint folder belongs to one run. InputError when ``directory`` holds another
+    run's checkpoints: a new run would overwrite some of its steps, keep the others and move
+    ``latest`` (two runs mixed). The run that resumes from ``directory`` continues it;
+    ``overwrite`` lets the caller clear it (:func:`clear_checkpoints`)."""
+    try:
+        held = find_checkpoint(directory)
+    except InputError:
+        return  # no checkpoint there
+    mine = directory.resolve()
+    if overwrite or (resume is not None and mine in (resume.resolve(), resume.resolve().parent)):
+        return
+    info = read_info(held)
+    raise InputError(
+        f"--checkpoint {directory}: holds the checkpoints of another run (model {info.model}, "
+        f"up to step {info.step}); continue that run with --resume {directory}, write to "
+        "another folder, or pass --overwrite-checkpoint to replace them"
+    )
+
+
+def clear_checkpoints(directory: Path) -> None:
+    """Remove every checkpoint of ``directory`` (``step-*``, unfinished ``.tmp-step-*``,
+    ``latest``); other files stay."""
+    for path in [*directory.glob("step-*"), *directory.glob(".tmp-step-*")]:
+        shutil.rmtree(path, ignore_errors=True)
+    (directory / LATEST).unlink(missing_ok=True)
+
+
 def read_info(path: Path) -> CheckpointInfo:
     try:
         data = json.loads((path / INFO).read_text())
