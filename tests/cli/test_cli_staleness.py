@@ -82,9 +82,10 @@ def test_synchronous_winner_gets_no_staleness_reason(
     assert not any("asynchronous" in r for r in data["reasons"])
 
 
-def test_table_has_a_staleness_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_table_shows_the_staleness(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # --wide: a staleness column; the default table (100 columns): a tag in the plan cell
     argv = ["plan", *GPT, "--what-if", "--asynchronous", "--out", str(tmp_path / "p.json")]
-    code, text, err = _run(argv, capsys)
+    code, text, err = _run([*argv, "--wide"], capsys)
     assert code == 0, err
     header = next(x for x in text.splitlines() if "iteration" in x and "plan" in x)
     assert "staleness" in header
@@ -92,6 +93,13 @@ def test_table_has_a_staleness_column(tmp_path: Path, capsys: pytest.CaptureFixt
     assert rows and all(("│ sync " in x) or ("│ async ≤" in x) for x in rows)
     assert any("pipedream" in x and "async ≤1 it" in x for x in rows)
     assert "is asynchronous" in text and "not modelled" in text
+    code, text, err = _run(argv, capsys)
+    assert code == 0, err
+    header = next(x for x in text.splitlines() if "iteration" in x and "plan" in x)
+    assert "staleness" not in header
+    rows = [x for x in text.splitlines() if x.startswith("│") and "ms" in x]
+    assert any("pipedream" in x and "(async ≤1 it)" in x for x in rows)
+    assert not any("sync" in x for x in rows if "pipedream" not in x)
 
 
 @pytest.mark.parametrize("flags", [[], ["--sync-only"]])

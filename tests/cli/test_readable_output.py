@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hetplan.cli.main import main
+from hetplan.cli.output import console
 from hetplan.units import fmt_duration
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
@@ -35,3 +36,54 @@ def test_predict_prints_a_long_epoch_in_minutes(capsys: pytest.CaptureFixture[st
     assert line.startswith(f"epoch of 12500 iterations: {epoch:.0f} s (")
     assert f"{fmt_duration(epoch, short=True)})" in line and " min)" in line
     assert f"{epoch:.3f} s" not in out
+
+
+# ------------------------------------------------------------------ the table in 100 columns
+
+EXAMPLE = ["plan", "--model", "vgg16", "--dataset", "imagenet", "--batch", "256",
+           "--cluster", str(CLUSTERS / "hetero-2node.yaml")]  # fmt: skip
+"""``make example``'s search (scripts/example.sh)."""
+WIDE_ONLY = ("staleness", "power W", "EDP J*s/it", "$/epoch")
+
+
+def _table_and_legend(out: str) -> list[str]:
+    """The lines from the table's title to the legend's end (the stage map follows)."""
+    lines = out.splitlines()
+    return lines[: next(i for i, x in enumerate(lines) if x.startswith("winner: "))]
+
+
+def _header(lines: list[str]) -> str:
+    return next(x for x in lines if "iteration" in x and "plan" in x)
+
+
+def test_the_example_table_fits_100_columns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(console, "width", 100)
+    _, out = _run([*EXAMPLE, "--out", str(tmp_path / "plan.json")], capsys)
+    lines = _table_and_legend(out)
+    assert max(map(len, lines)) <= 100
+    assert "…" not in out  # no cell cut
+    heads = [h.strip() for h in _header(lines).strip("┃").split("┃")]
+    assert heads == ["#", "plan", "devices", "iteration", "epoch", "samples/s", "mem free",
+                     "energy/it"]  # fmt: skip
+    legend = " ".join(lines[lines.index(next(x for x in lines if x.startswith("└"))) + 1 :])
+    for head in ("iteration", "epoch", "samples/s", "mem free", "energy/it"):
+        assert f"{head}: " in legend
+    for head in WIDE_ONLY:
+        assert f"{head}: " not in legend  # only the columns shown are described
+    assert legend.endswith(f"--wide adds {', '.join(WIDE_ONLY)}")
+    assert " min │" in out  # the epoch in minutes (58.0 min for the winner)
+
+
+def test_wide_shows_and_explains_every_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out = _run([*EXAMPLE, "--out", str(tmp_path / "plan.json"), "--wide"], capsys)
+    lines = _table_and_legend(out)
+    heads = [h.strip() for h in _header(lines).strip("┃").split("┃")]
+    assert heads[:3] == ["#", "plan", "devices"] and set(WIDE_ONLY) <= set(heads)
+    legend = " ".join(lines)
+    for head in (*WIDE_ONLY, "mem free", "energy/it"):
+        assert f"{head}: " in legend
+    assert "--wide adds" not in legend

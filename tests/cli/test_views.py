@@ -97,9 +97,11 @@ def _ranking(ranked: list[Ranked], baselines: dict[str, Ranked] | None = None) -
     )
 
 
-def _printed(ranking: Ranking, capsys: pytest.CaptureFixture[str]) -> list[str]:
+def _printed(
+    ranking: Ranking, capsys: pytest.CaptureFixture[str], *, wide: bool = False
+) -> list[str]:
     capsys.readouterr()
-    print_ranking(ranking, 10, 0.5)
+    print_ranking(ranking, 10, 0.5, wide=wide)
     return capsys.readouterr().out.splitlines()
 
 
@@ -255,13 +257,17 @@ def test_price_column_only_with_prices(capsys: pytest.CaptureFixture[str]) -> No
     hetero = _cluster("hetero-2node")
     per_it = _ranking([_ranked(_dp(["v100.0", "t4.0"], [4, 4]), hetero, "dp x2")])
     lines = _printed(per_it, capsys)
+    assert "$" not in _header(lines)  # the default table leaves the price to --wide
+    assert not any("$/it: rental cost" in x for x in lines)
+    assert any("--wide adds" in x for x in lines) and "$/it" in " ".join(lines)
+    lines = _printed(per_it, capsys, wide=True)
     assert "$/it" in _header(lines) and "$/epoch" not in _header(lines)
     assert any("$/it: rental cost" in x for x in lines)
 
     priced = _ranked(_dp(["v100.0", "t4.0"], [4, 4]), hetero, "dp x2", dataset_size=800)
     free = _ranked(_dp(ids, [4, 4]), edge, "dp edge", baseline="b", dataset_size=800)
     mixed = _ranking([priced], {"b": free})
-    lines = _printed(mixed, capsys)
+    lines = _printed(mixed, capsys, wide=True)
     assert "$/epoch" in _header(lines)
     row = next(x for x in lines if "dp edge" in x)
     assert row.rstrip("│ ").endswith("-")  # no price: a dash
@@ -270,12 +276,13 @@ def test_price_column_only_with_prices(capsys: pytest.CaptureFixture[str]) -> No
 def test_table_columns_are_explained(capsys: pytest.CaptureFixture[str]) -> None:
     cluster = _cluster("hetero-2node")
     best = _ranked(_dp(["v100.0"], [8]), cluster, "dp x1")
-    lines = _printed(_ranking([best]), capsys)
+    lines = _printed(_ranking([best]), capsys, wide=True)
     header = _header(lines)
     assert "headroom" not in header
-    for col in ("mem free", "power W", "energy/it", "EDP J*s/it"):
+    for col in ("staleness", "mem free", "power W", "energy/it", "EDP J*s/it"):
         assert col in header
     legend = " ".join(lines)
+    assert "--wide adds" not in legend
     assert "mem free: smallest fraction of memory left free on any device" in legend
     assert "power W: mean power of the plan's devices over the iteration" in legend
     assert "EDP J*s/it: energy-delay product per iteration" in legend
@@ -284,6 +291,28 @@ def test_table_columns_are_explained(capsys: pytest.CaptureFixture[str]) -> None
     time = fmt_seconds(best.metrics.time_s)
     assert time.endswith(" us")  # hundreds of microseconds: a V100 step of 8 samples
     assert front.endswith(f"(iteration / energy per iteration): {time} / {energy}")
+
+
+def test_the_default_table_tags_an_asynchronous_plan(capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = _cluster("local-cpu")
+    ids = [d.id for d in cluster.devices]
+    names = _layers()
+    half = len(names) // 2
+    stages = [
+        StagePlan(layers=names[:half], devices=ids[:1]),
+        StagePlan(layers=names[half:], devices=ids[1:2]),
+    ]
+    plan = Plan(model=REF, strategy="pipedream", global_batch=8,
+                pipelines=[PipelinePlan(stages=stages, batch=8)], micro_batches=2)  # fmt: skip
+    ranking = _ranking([_ranked(plan, cluster, "pipedream 2 stages", family="pipedream")])
+    lines = _printed(ranking, capsys)
+    assert "staleness" not in _header(lines)
+    row = next(x for x in lines if "pipedream 2 stages" in x)
+    assert "(async ≤1 it)" in row  # the staleness, in the plan cell
+    assert "async ≤N it, WSP D=N: how far the weights" in " ".join(lines)
+    lines = _printed(ranking, capsys, wide=True)
+    assert "staleness" in _header(lines)
+    assert "(async" not in next(x for x in lines if "pipedream 2 stages" in x)
 
 
 # ------------------------------------------------------------------------------- predict

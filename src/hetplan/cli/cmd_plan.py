@@ -45,6 +45,14 @@ def plan_cmd(
     objective: ObjectiveOpt = "time",
     batch: BatchOpt = 256,
     top: Annotated[int, typer.Option(help="Rows in the ranked table.")] = 10,
+    wide: Annotated[
+        bool,
+        typer.Option(
+            "--wide",
+            help="Every column of the ranked table: staleness, power, EDP and price too "
+            "(about 160 columns wide; the default fits 100).",
+        ),
+    ] = False,
     out: Annotated[Path, typer.Option(help="Where to write the best plan.")] = Path("plan.json"),
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
     strategies: Annotated[str | None, typer.Option(help="Families to search (comma list).")] = None,
@@ -91,7 +99,7 @@ def plan_cmd(
     if as_json:
         print_json(ranking_json(found.ranking, found.seconds) | {"plan_file": str(out)})
         return
-    print_ranking(found.ranking, top, found.seconds)
+    print_ranking(found.ranking, top, found.seconds, wide=wide)
     console.print(f"wrote {out}" + ("" if html is None else f" and {html}"))
 
 

@@ -7,7 +7,7 @@ import math
 import sys
 import textwrap
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,47 +135,115 @@ def _price(r: Ranked, column: str) -> str:
     return "-" if usd is None else fmt_dollars(usd)
 
 
-def _legend(price: str | None) -> str:
-    parts = [
-        "iteration: one optimizer step over the global batch",
-        "epoch: one pass over the dataset (- without a dataset size)",
-        "samples/s: training throughput",
-        "staleness: sync, or how far the weights of an asynchronous plan may lag "
-        "(it: iterations; WSP D: waves)",
-        "mem free: smallest fraction of memory left free on any device of the plan",
-        "power W: mean power of the plan's devices over the iteration",
-        "energy/it: their energy per iteration",
-        "EDP J*s/it: energy-delay product per iteration (energy/it x iteration)",
-    ]
-    if price == "$/epoch":
-        parts.append("$/epoch: rental cost of the plan's devices per epoch (list prices)")
-    elif price == "$/it":
-        parts.append("$/it: rental cost of the plan's devices per iteration (list prices)")
-    return "; ".join(parts)
-
-
 def _samples(x: float) -> str:
     return f"{x:.0f}" if x >= 100 else f"{x:.1f}"
 
 
-def _cells(i: int, row: TableRow, price: str | None) -> list[str]:
+def _epoch(r: Ranked) -> str:
+    s = r.prediction.epoch_time_s
+    return "-" if s is None else fmt_duration(s, short=True)
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of the ranked table after ``#`` and ``plan``."""
+
+    head: str
+    cell: Callable[[Ranked], str]
+    legend: str = ""
+    """What the column means, for the legend under the table (empty: self-explanatory)."""
+    wide: bool = False
+    """Shown with ``--wide`` only: the default table fits 100 columns."""
+
+
+COLUMNS = (
+    Column("devices", lambda r: str(r.metrics.devices)),
+    Column(
+        "staleness",
+        lambda r: staleness_text(r.candidate.plan),
+        "staleness: sync, or how far the weights of an asynchronous plan may lag "
+        "(it: iterations; WSP D: waves)",
+        wide=True,
+    ),
+    Column(
+        "iteration",
+        lambda r: fmt_duration(r.prediction.iteration_time_s, short=True),
+        "iteration: one optimizer step over the global batch",
+    ),
+    Column("epoch", _epoch, "epoch: one pass over the dataset (- without a dataset size)"),
+    Column(
+        "samples/s",
+        lambda r: _samples(r.prediction.samples_per_s),
+        "samples/s: training throughput",
+    ),
+    Column(
+        "mem free",
+        _mem_free,
+        "mem free: smallest fraction of memory left free on any device of the plan",
+    ),
+    Column(
+        "power W",
+        lambda r: f"{r.prediction.power_w:.0f}",
+        "power W: mean power of the plan's devices over the iteration",
+        wide=True,
+    ),
+    Column(
+        "energy/it",
+        lambda r: fmt_joules(r.prediction.energy_j_per_iteration),
+        "energy/it: energy of the plan's devices per iteration",
+    ),
+    Column(
+        "EDP J*s/it",
+        lambda r: f"{r.metrics.edp:.3g}",
+        "EDP J*s/it: energy-delay product per iteration (energy/it x iteration)",
+        wide=True,
+    ),
+)
+STALENESS_TAG = (
+    "async ≤N it, WSP D=N: how far the weights of an asynchronous plan may lag (iterations; waves)"
+)
+"""The legend of the staleness tag the default table puts in the plan cell instead of the
+staleness column."""
+
+
+def _price_col(price: str) -> Column:
+    per = "epoch" if price == "$/epoch" else "iteration"
+    legend = f"{price}: rental cost of the plan's devices per {per} (list prices)"
+    return Column(price, lambda r: _price(r, price), legend, wide=True)
+
+
+def table_columns(rows: Sequence[TableRow], wide: bool) -> list[Column]:
+    """The columns shown: every one with ``wide``, else those that fit 100 columns."""
+    price = _price_column(rows)
+    cols = [*COLUMNS, *([_price_col(price)] if price else [])]
+    return [c for c in cols if wide or not c.wide]
+
+
+def _legend(cols: Sequence[Column], rows: Sequence[TableRow], wide: bool) -> str:
+    """The meaning of the columns shown (and of the staleness tag), and what ``--wide`` adds."""
+    parts = [c.legend for c in cols if c.legend]
+    if not wide and any(is_asynchronous(row.ranked.candidate.plan) for row in rows):
+        parts.append(STALENESS_TAG)
+    if not wide:
+        shown = {c.head for c in cols}
+        hidden = [c.head for c in table_columns(rows, wide=True) if c.head not in shown]
+        parts.append(f"--wide adds {', '.join(hidden)}")
+    return "; ".join(parts)
+
+
+def _plan_cell(row: TableRow, wide: bool) -> str:
+    """The plan's label, and in dim what else the row is: its baseline tag, the plans it
+    stands for, its staleness where the table has no staleness column."""
     r = row.ranked
-    p = r.prediction
     tag = row.label[len(r.candidate.label) :].strip()
-    cells = [
-        str(i),
-        r.candidate.label + (f" [dim]{tag}[/]" if tag else ""),
-        str(r.metrics.devices),
-        staleness_text(r.candidate.plan),
-        fmt_duration(p.iteration_time_s, short=True),
-        "-" if p.epoch_time_s is None else fmt_duration(p.epoch_time_s, short=True),
-        _samples(p.samples_per_s),
-        _mem_free(r),
-        f"{p.power_w:.0f}",
-        fmt_joules(p.energy_j_per_iteration),
-        f"{r.metrics.edp:.3g}",
-    ]
-    return [*cells, _price(r, price)] if price else cells
+    plan = r.candidate.plan
+    if not wide and is_asynchronous(plan):
+        tag = f"({staleness_text(plan)}) {tag}".strip()
+    return r.candidate.label + (f" [dim]{tag}[/]" if tag else "")
+
+
+def _cells(i: int, row: TableRow, cols: Sequence[Column], wide: bool) -> list[str]:
+    return [str(i), _plan_cell(row, wide), *(c.cell(row.ranked) for c in cols)]
 
 
 def _plan_width(heads: Sequence[str], table: Sequence[Sequence[str]], labels: Sequence[str]) -> int:
@@ -190,12 +258,12 @@ def _plan_width(heads: Sequence[str], table: Sequence[Sequence[str]], labels: Se
     return max(len("plan"), min(max(map(len, labels)), PLAN_WIDTH, room))
 
 
-def print_ranking(ranking: Ranking, top: int, seconds: float) -> None:
+def _print_table(ranking: Ranking, top: int, wide: bool) -> None:
+    """The ranked table and the legend of the columns it shows."""
     rows = table_groups(ranking, top)
-    price = _price_column(rows)
-    heads = ["#", "plan", "devices", "staleness", "iteration", "epoch", "samples/s", "mem free"]
-    heads += ["power W", "energy/it", "EDP J*s/it", *([price] if price else [])]
-    table = [_cells(i, row, price) for i, row in enumerate(rows, 1)]
+    cols = table_columns(rows, wide)
+    heads = ["#", "plan", *(c.head for c in cols)]
+    table = [_cells(i, row, cols, wide) for i, row in enumerate(rows, 1)]
     width = _plan_width(heads, table, [row.ranked.candidate.label for row in rows])
     t = Table(title=f"best plans per strategy family (objective: {ranking.objective.name})")
     for col in heads:
@@ -207,8 +275,15 @@ def print_ranking(ranking: Ranking, top: int, seconds: float) -> None:
     for cells in table:
         t.add_row(*cells)
     console.print(t)
-    for line in textwrap.wrap(_legend(price), width=max(60, min(console.width, LEGEND_WIDTH))):
+    legend_width = max(60, min(console.width, LEGEND_WIDTH))
+    for line in textwrap.wrap(_legend(cols, rows, wide), width=legend_width):
         console.print(line, markup=False)
+
+
+def print_ranking(ranking: Ranking, top: int, seconds: float, *, wide: bool = False) -> None:
+    """The ranked table (every column with ``wide``), its legend, the winner's stage map, the
+    reasons and the Pareto front."""
+    _print_table(ranking, top, wide)
     for name, why in ranking.baseline_failures.items():
         console.print(f"baseline {name}: infeasible ({why})")
     _print_stage_map(ranking.best)
