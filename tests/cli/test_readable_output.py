@@ -87,3 +87,38 @@ def test_wide_shows_and_explains_every_column(
     for head in (*WIDE_ONLY, "mem free", "energy/it"):
         assert f"{head}: " in legend
     assert "--wide adds" not in legend
+
+
+# ----------------------------------------------------------------------- the device limit
+
+HETERO_CPU = str(CLUSTERS / "local-cpu-hetero.yaml")
+LIMITED = ["plan", "--model", "gpt-tiny", "--cluster", HETERO_CPU, "--max-devices", "2",
+           "--analytical"]  # fmt: skip
+"""Three CPU devices, at most two used: the 3-device data-parallel baseline is predicted a
+little faster than every plan within the limit."""
+
+
+def test_a_baseline_over_the_device_limit_is_never_ranked_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = ["--out", str(tmp_path / "plan.json")]
+    _, text = _run([*LIMITED, *out, "--json"], capsys)
+    data = json.loads(text)
+    base = data["baselines"]["dp-equal"]
+    assert base["outside_limits"] == ["3 devices > limit 2"]
+    assert data["best"]["outside_limits"] == []
+    faster = base["prediction"]["iteration_time_s"] < data["best"]["prediction"]["iteration_time_s"]
+    assert faster  # what used to put it first
+    assert "cpu left out: --max-devices 2" in data["reasons"]
+
+    _, text = _run([*LIMITED, *out], capsys)
+    rows = [x for x in text.splitlines() if x.startswith("│ ") and x[2] != " "]
+    assert rows[0].startswith("│ 1 │ ") and data["best"]["label"] in rows[0]
+    ranks = [x.split("│")[1].strip() for x in rows]
+    outside = [r for r, x in zip(ranks, rows, strict=True) if "dp-equal baseline" in x]
+    assert outside == ["-"] and ranks.index("-") == len([r for r in ranks if r != "-"])
+    assert "(dp-equal baseline; outside the limits: 3 devices > limit 2)" in " ".join(
+        x.split("│")[2].strip() for x in text.splitlines() if x.startswith("│ ")
+    )
+    assert "cpu left out: --max-devices 2" in text
+    assert "no feasible plan" not in text

@@ -12,7 +12,7 @@ from hetplan.cluster.spec import Cluster
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.graph import build_graph
 from hetplan.plan.explain import reasons
-from hetplan.plan.objective import Objective, parse_objective
+from hetplan.plan.objective import Limits, Objective, parse_objective
 from hetplan.plan.search import Ranking, SearchOptions, search
 from hetplan.planspec import ModelRef
 
@@ -139,3 +139,20 @@ def test_left_out_alternative_uses_the_devices_it_names() -> None:
     (added_type,) = {cluster.device(d).type.name for d in added}
     # the sentence names exactly the device the alternative adds, not all left-out ones
     assert f"left out: adding {added_type} ({two.candidate.label})" in line, line
+
+
+def test_left_out_names_the_limit_that_kept_devices_out() -> None:
+    # a one-device winner with nothing bigger ranked: the device limit it reaches, else the
+    # limits that rejected candidates, else no feasible plan
+    ranking = ranked("resnet-tiny", "edge", batch=32)
+    cluster = _cluster("edge")
+    one = next(r for r in ranking.ranked if len(r.candidate.plan.devices) == 1)
+    alone = dataclasses.replace(ranking, ranked=[one], rejected=Counter())
+    others = [d for d in cluster.devices if d.id not in one.candidate.plan.devices]
+    assert any("no feasible plan using them" in r for r in reasons(alone, cluster))
+    capped = dataclasses.replace(alone, limits=Limits(max_devices=1))
+    line = next(r for r in reasons(capped, cluster) if "left out" in r)
+    assert line.endswith(" left out: --max-devices 1") and len(others) >= 1
+    power = dataclasses.replace(alone, rejected=Counter({"limit: power": 3}))
+    line = next(r for r in reasons(power, cluster) if "left out" in r)
+    assert line.endswith("left out: no plan using them was found within the limits (limit: power)")

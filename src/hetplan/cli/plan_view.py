@@ -14,6 +14,7 @@ from typing import Any
 from rich.table import Table
 
 from hetplan.cli.output import console
+from hetplan.plan.explain import outside_text
 from hetplan.plan.search import Ranked, Ranking
 from hetplan.plan.staleness import is_asynchronous, staleness_of, staleness_text
 from hetplan.planspec import PIPELINED, PipelinePlan, Plan
@@ -46,7 +47,8 @@ def table_rows(ranking: Ranking, top: int) -> list[Ranked]:
     rows: list[Ranked] = []
     seen: set[str] = set()
     extra = [b for b in ranking.baselines.values() if b not in ranking.ranked]
-    for r in sorted([*ranking.ranked, *extra], key=lambda r: r.score):
+    # A baseline outside the limits is shown for comparison, after every plan that can win.
+    for r in sorted([*ranking.ranked, *extra], key=lambda r: (bool(r.outside_limits), r.score)):
         if r.candidate.baseline is not None:
             rows.append(r)
         elif r.candidate.family not in seen:
@@ -66,7 +68,10 @@ class TableRow:
     def label(self) -> str:
         """The plan's label, its baseline tag, and what else it stands for."""
         c = self.ranked.candidate
-        text = c.label + (f" ({c.baseline} baseline)" if c.baseline else "")
+        tags = [f"{c.baseline} baseline"] if c.baseline else []
+        if self.ranked.outside_limits:
+            tags.append(outside_text(self.ranked))
+        text = c.label + (f" ({'; '.join(tags)})" if tags else "")
         if self.also:
             names = dict.fromkeys(_row_name(r) for r in self.also)
             text += f" (also: {', '.join(names)})"
@@ -243,7 +248,9 @@ def _plan_cell(row: TableRow, wide: bool) -> str:
 
 
 def _cells(i: int, row: TableRow, cols: Sequence[Column], wide: bool) -> list[str]:
-    return [str(i), _plan_cell(row, wide), *(c.cell(row.ranked) for c in cols)]
+    """The row's cells; ``#`` is ``-`` for a plan outside the limits (not in the ranking)."""
+    rank = "-" if row.ranked.outside_limits else str(i)
+    return [rank, _plan_cell(row, wide), *(c.cell(row.ranked) for c in cols)]
 
 
 def _plan_width(heads: Sequence[str], table: Sequence[Sequence[str]], labels: Sequence[str]) -> int:
@@ -426,6 +433,7 @@ def ranked_json(r: Ranked) -> dict[str, Any]:
         "staleness_text": staleness_text(plan),
         "plan": to_data(plan),
         "prediction": r.prediction.to_json(),
+        "outside_limits": list(r.outside_limits),
     }
 
 

@@ -46,7 +46,7 @@ def _versus_baselines(best: Ranked, ranking: Ranking) -> str:
         base = ranking.baselines.get(key)
         if base is not None and base is not best:
             ratio = base.metrics.time_s / best.metrics.time_s
-            parts.append(f"{ratio:.2f}x the speed of {label}")
+            parts.append(f"{ratio:.2f}x the speed of {label}{_beyond(base)}")
     if not parts:
         return f"{best.candidate.label} is the best plan"
     return f"{best.candidate.label}: " + " and ".join(parts)
@@ -91,7 +91,7 @@ def _left_out(best: Ranked, ranking: Ranking, cluster: Cluster) -> str:
     ids = {d.id for d in unused}
     bigger = [r for r in ranking.ranked if used < set(r.candidate.plan.devices)]
     if not bigger:
-        return f"{_describe(cluster, ids)} left out: no feasible plan using them was found"
+        return f"{_describe(cluster, ids)} left out: {_why_none(len(used), ranking)}"
     # Prefer a plan that adds every left-out device; else the best that adds some.
     full = [r for r in bigger if ids <= set(r.candidate.plan.devices)]
     alt = min(full or bigger, key=lambda r: r.score)
@@ -103,6 +103,30 @@ def _left_out(best: Ranked, ranking: Ranking, cluster: Cluster) -> str:
         f"({alt.candidate.label}) changes throughput by {fmt_percent(gain, sign=True)} "
         f"and energy per step by {fmt_percent(energy, sign=True)}"
     )
+
+
+def outside_text(r: Ranked) -> str:
+    """``outside the limits: 3 devices > limit 2`` for a plan that breaks a limit."""
+    return "outside the limits: " + "; ".join(r.outside_limits)
+
+
+def _beyond(base: Ranked) -> str:
+    """``, outside the limits (3 devices > limit 2)`` for a baseline that breaks a limit."""
+    if not base.outside_limits:
+        return ""
+    return f", outside the limits ({'; '.join(base.outside_limits)})"
+
+
+def _why_none(used: int, ranking: Ranking) -> str:
+    """Why no ranked plan adds the devices the winner leaves out: the device limit the winner
+    already reaches, the limits that rejected candidates, or that none was feasible."""
+    cap = ranking.limits.max_devices
+    if cap is not None and used >= cap:
+        return f"--max-devices {cap}"
+    broken = [k for k in ranking.rejected if k.startswith("limit: ")]
+    if broken:
+        return f"no plan using them was found within the limits ({', '.join(broken)})"
+    return "no feasible plan using them was found"
 
 
 def _describe(cluster: Cluster, ids: set[str]) -> str:

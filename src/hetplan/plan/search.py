@@ -25,7 +25,7 @@ from hetplan.graph.types import ModelGraph
 from hetplan.plan.candidates import dp_candidate, equal_pipeline, refine
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.explain import reasons
-from hetplan.plan.objective import Metrics, Objective, pareto_front
+from hetplan.plan.objective import Limits, Metrics, Objective, pareto_front
 from hetplan.plan.options import Budget, Progress, SearchOptions
 from hetplan.plan.pricing import Pricing
 from hetplan.plan.screen import screen
@@ -62,6 +62,9 @@ class Ranked:
     prediction: Prediction
     metrics: Metrics
     score: float
+    outside_limits: tuple[str, ...] = ()
+    """The limits the plan breaks (``3 devices > limit 2``): only a baseline, simulated for
+    comparison, is ranked with any; it cannot win."""
 
 
 @dataclass(kw_only=True)
@@ -89,6 +92,8 @@ class Ranking:
     """Phases the time limit cut short (empty: the search ran to the end)."""
     notes: list[str] = field(default_factory=list)
     """What the model kept out of the search (a block torch.fx could not trace: no TP plan)."""
+    limits: Limits = field(default_factory=Limits)
+    """The limits searched under (the reasons name one that left devices out)."""
 
     @property
     def best(self) -> Ranked:
@@ -299,15 +304,15 @@ def rank(
     iterations = _iterations(opts)
     kept = []
     for cand, pred, met in simulated:
-        broken = opts.limits.violations(met, iterations)
+        broken = tuple(opts.limits.violations(met, iterations))
         if broken and cand.baseline is None:
-            rejected[f"limit: {broken[0].split(' ')[0]}"] += 1
+            rejected[f"limit: {_limit_name(broken[0])}"] += 1
             continue
-        kept.append((cand, pred, met))
-    scores = opts.objective.scores([m for _, _, m in kept])
+        kept.append((cand, pred, met, broken))
+    scores = opts.objective.scores([m for _, _, m, _ in kept])
     ranked_all = [
-        Ranked(candidate=c, prediction=p, metrics=m, score=s)
-        for (c, p, m), s in zip(kept, scores, strict=True)
+        Ranked(candidate=c, prediction=p, metrics=m, score=s, outside_limits=broken)
+        for (c, p, m, broken), s in zip(kept, scores, strict=True)
     ]
     ranked_all.sort(key=lambda r: r.score)
     base = {r.candidate.baseline: r for r in ranked_all if r.candidate.baseline is not None}
@@ -316,7 +321,7 @@ def rank(
         r
         for r in ranked_all
         if r.candidate.family in opts.families
-        and not opts.limits.violations(r.metrics, iterations)
+        and not r.outside_limits
         and not (opts.runnable_only and unrunnable(r.candidate.plan))
     ]
     on_front = pareto_front([(r.metrics.time_s, r.metrics.energy_j) for r in within])
@@ -326,7 +331,14 @@ def rank(
         baselines={k: v for k, v in base.items() if k is not None},
         rejected=rejected,
         pareto=[within[i] for i in on_front],
+        limits=opts.limits,
     )
+
+
+def _limit_name(violation: str) -> str:
+    """The limit a :meth:`Limits.violations` line names: ``power``, ``devices``, ``time``..."""
+    words = violation.split(" ")
+    return "devices" if words[1:2] == ["devices"] else words[0]
 
 
 def _iterations(opts: SearchOptions) -> float:
