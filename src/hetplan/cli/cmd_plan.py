@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from hetplan.cli.output import console, print_json
-from hetplan.cli.paths import check_output
+from hetplan.cli.paths import check_input_dir, check_output
 from hetplan.cli.search_options import (
     AllDevicesOpt,
     AnalyticalOpt,
@@ -87,6 +87,7 @@ def plan_cmd(
     check_output(out, "--out")
     if html is not None:
         check_output(html, "--html")
+    check_input_dir(profiles, "--profiles")
     req = SearchRequest(
         model=model, cluster=cluster, dataset=dataset, objective=objective, batch=batch,
         optimizer=optimizer, dtype=dtype, dataset_size=dataset_size, max_power=max_power,

@@ -9,7 +9,7 @@ import typer
 
 from hetplan.cli.help_text import DTYPE_HELP
 from hetplan.cli.output import console, print_json
-from hetplan.cli.paths import OtherClusterOpt, check_output
+from hetplan.cli.paths import OtherClusterOpt, check_input_dir, check_output
 from hetplan.cli.predict_view import print_prediction
 from hetplan.cli.status import Terminal
 from hetplan.errors import InputError
@@ -113,6 +113,7 @@ def predict_cmd(
             }
         )
     _check_outputs(out, html, batch)
+    check_input_dir(profiles, "--profiles")
     build = None
     if strategy is not None:
         build = PlanOptions(

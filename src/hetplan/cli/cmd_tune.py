@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from hetplan.cli.output import console, print_json
-from hetplan.cli.paths import check_output
+from hetplan.cli.paths import check_input_dir, check_output, check_output_dir
 from hetplan.cli.search_options import (
     AnalyticalOpt,
     AsynchronousOpt,
@@ -82,6 +82,19 @@ def _print(result: TuneResult, objective: str, state: Path) -> None:
     console.print(f"total steps {result.total_steps}; checkpoints under {state}")
 
 
+def _check_cheap(
+    out: Path, checkpoint: Path | None, profiles: Path | None, lr: float | None
+) -> None:
+    """The inputs that need no plan, before the search traces the model (seconds); the
+    training's own checks repeat them once the candidates are known."""
+    check_output(out, "--out")
+    if checkpoint is not None:
+        check_output_dir(checkpoint, "--checkpoint")
+    check_input_dir(profiles, "--profiles")
+    if lr is not None and not lr > 0:
+        raise InputError(f"--lr must be > 0 (got {lr:g})")
+
+
 def tune_cmd(
     model: ModelOpt,
     cluster: ClusterOpt,
@@ -131,7 +144,7 @@ def tune_cmd(
         raise InputError(f"--top must be >= 1 (got {top})")
     if not 0 < precision < 1:
         raise InputError(f"--precision must be between 0 and 1 (got {precision:g})")
-    check_output(out, "--out")
+    _check_cheap(out, checkpoint, profiles, lr)
     req = SearchRequest(
         model=model, cluster=cluster, dataset=dataset, objective=objective, batch=batch,
         optimizer=optimizer, dtype=dtype, dataset_size=dataset_size, max_power=max_power,

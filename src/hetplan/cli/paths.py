@@ -77,3 +77,10 @@ def check_output_dir(path: Path, option: str) -> None:
             raise InputError(f"{option} {path}: folder is not writable")
         return
     _check_ancestor(path, option)
+
+
+def check_input_dir(path: Path | None, option: str) -> None:
+    """InputError naming ``option`` when ``path`` exists but is not a folder (a folder that
+    does not exist yet reads as empty: a new profile store)."""
+    if path is not None and path.exists() and not path.is_dir():
+        raise InputError(f"{option} {path}: is a file, expected a folder")

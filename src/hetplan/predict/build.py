@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from hetplan.cluster.spec import Cluster
 from hetplan.cost.types import ComputeModel
@@ -141,6 +142,60 @@ def _default_micro_batches(
     return 1
 
 
+@dataclass(frozen=True)
+class PlanShape:
+    """What the options say without the model: the devices in stage order, the replicas
+    (pipelines) and the stages of each."""
+
+    devices: list[str]
+    replicas: int
+    stages: int
+
+
+def plan_shape(
+    cluster: Cluster,
+    *,
+    strategy: str,
+    batch: int | None = None,
+    dp: int | None = None,
+    pp: int | None = None,
+    tp: int = 1,
+    micro_batches: int | None = None,
+    micro_batch_size: int | None = None,
+    partition: Sequence[int] | None = None,
+    devices: Sequence[str] | None = None,
+    ps_devices: Sequence[str] | None = None,
+) -> PlanShape:
+    """The options of :func:`plan_from_options` checked against ``cluster`` alone, so that a
+    wrong one is refused before the model is traced; InputError names the option."""
+    _check_options(
+        strategy,
+        tp=tp,
+        dp=dp,
+        pp=pp,
+        batch=batch,
+        micro_batches=micro_batches,
+        micro_batch_size=micro_batch_size,
+    )
+    pool = list(devices) if devices is not None else [d.id for d in cluster.devices]
+    for d in [*pool, *(ps_devices or [])]:
+        cluster.device(d)  # InputError naming the id and the known ones
+    if partition is not None and pp is None and spec_of(strategy).shape != "replicas":
+        pp = len(partition) + (0 if partition and partition[0] == 0 else 1)
+    if not 1 <= tp <= len(pool):
+        raise InputError(
+            f"--tp {tp}: a tensor-parallel group needs {tp} devices, {len(pool)} given"
+        )
+    nrep, nst = _shape(strategy, len(pool), dp, pp, tp)
+    need = nrep * nst * tp
+    if nrep < 1 or nst < 1 or need > len(pool):
+        raise InputError(
+            f"--devices: {strategy} with dp={nrep}, pp={nst}, tp={tp} needs {max(need, 1)} "
+            f"devices, {len(pool)} given"
+        )
+    return PlanShape(devices=pool, replicas=nrep, stages=nst)
+
+
 def plan_from_options(
     graph: ModelGraph,
     cluster: Cluster,
@@ -165,31 +220,12 @@ def plan_from_options(
     bucket_mb: float = 25.0,
 ) -> Plan:
     """A :class:`Plan` from the common options; InputError names the offending option."""
-    _check_options(
-        strategy,
-        tp=tp,
-        dp=dp,
-        pp=pp,
-        batch=batch,
-        micro_batches=micro_batches,
-        micro_batch_size=micro_batch_size,
-    )
-    pool = list(devices) if devices is not None else [d.id for d in cluster.devices]
-    for d in pool:
-        cluster.device(d)  # InputError naming the id and the known ones
-    if partition is not None and pp is None and spec_of(strategy).shape != "replicas":
-        pp = len(partition) + (0 if partition and partition[0] == 0 else 1)
-    if not 1 <= tp <= len(pool):
-        raise InputError(
-            f"--tp {tp}: a tensor-parallel group needs {tp} devices, {len(pool)} given"
-        )
-    nrep, nst = _shape(strategy, len(pool), dp, pp, tp)
-    need = nrep * nst * tp
-    if nrep < 1 or nst < 1 or need > len(pool):
-        raise InputError(
-            f"--devices: {strategy} with dp={nrep}, pp={nst}, tp={tp} needs {max(need, 1)} "
-            f"devices, {len(pool)} given"
-        )
+    shape = plan_shape(
+        cluster, strategy=strategy, batch=batch, dp=dp, pp=pp, tp=tp,
+        micro_batches=micro_batches, micro_batch_size=micro_batch_size, partition=partition,
+        devices=devices, ps_devices=ps_devices,
+    )  # fmt: skip
+    pool, nrep, nst = shape.devices, shape.replicas, shape.stages
     starts = _bounds(len(graph.layers), nst, partition)
     names = [layer.name for layer in graph.layers]
     pipes_stages: list[list[StagePlan]] = []

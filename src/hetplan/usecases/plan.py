@@ -184,15 +184,17 @@ class Searched:
 
 
 def search_plans(req: SearchRequest, feedback: Feedback = SILENT) -> Searched:
-    """Rank the plans ``req`` asks for; InputError when no plan is feasible."""
+    """Rank the plans ``req`` asks for; InputError when no plan is feasible. The cluster,
+    the options and the profile store are read before the model is traced (seconds), so that
+    a bad one is refused at once."""
     ref = ModelRef(name=req.model, dataset=req.dataset, dtype=parse_dtype(req.dtype))
     clus = load_cluster(req.cluster)
     opts = req.options(clus)
     if not req.analytical:
         clus, _ = with_power_fits(clus, req.profiles)
+    compute = compute_model(ref.dtype, directory=req.profiles, measured=not req.analytical)
     with feedback.phase(f"tracing {ref.name}"):
         model = graph.build_graph(ref)
-    compute = compute_model(ref.dtype, directory=req.profiles, measured=not req.analytical)
     start = time.perf_counter()
     with feedback.search() as progress:
         ranking = search(ref, model, clus, compute, opts, progress)

@@ -15,6 +15,7 @@ from hetplan.graph.types import ModelGraph
 from hetplan.plan.stamp import check_cluster, stamped
 from hetplan.planspec import ModelRef, Plan
 from hetplan.predict import DATASET_SIZES, Prediction, plan_from_options, predict
+from hetplan.predict.build import plan_shape
 from hetplan.profile.power_store import with_power_fits
 from hetplan.profile.select import compute_model
 from hetplan.serde import load_file, to_data, write_json_atomic
@@ -73,10 +74,10 @@ class Predicted:
 
 
 def predict_plan(req: PredictRequest, feedback: Feedback = SILENT) -> Predicted:
-    """Predict ``req``'s plan and write the files it asks for."""
+    """Predict ``req``'s plan and write the files it asks for. Every input that does not need
+    the model (cluster, plan file, the options of a plan to build) is checked before it is
+    traced: tracing takes seconds."""
     clus = load_cluster(req.cluster)
-    if not req.analytical:
-        clus, _ = with_power_fits(clus, req.profiles)
     plan = None if req.plan_file is None else _plan_file(req, clus)
     if plan is not None:
         ref = plan.model
@@ -84,9 +85,12 @@ def predict_plan(req: PredictRequest, feedback: Feedback = SILENT) -> Predicted:
         raise InputError("give --plan FILE, or --model and --strategy to build a plan")
     else:
         ref = ModelRef(name=req.model, dataset=req.dataset, dtype=req.dtype)
+        _check_build(req.build, clus)
+    if not req.analytical:
+        clus, _ = with_power_fits(clus, req.profiles)
+    compute = compute_model(ref.dtype, directory=req.profiles, measured=not req.analytical)
     with feedback.phase(f"tracing {ref.name}"):
         model = graph.build_graph(ref)
-    compute = compute_model(ref.dtype, directory=req.profiles, measured=not req.analytical)
     if plan is None:
         assert req.build is not None
         plan = _built(req.build, model, clus, ref, compute)
@@ -108,6 +112,16 @@ def _plan_file(req: PredictRequest, clus: Cluster) -> Plan:
     if req.model is not None and req.model != plan.model.name:
         raise InputError(f"--model {req.model!r} differs from the plan's model {plan.model.name!r}")
     return plan
+
+
+def _check_build(b: PlanOptions, clus: Cluster) -> None:
+    """The options of the plan to build, checked against the cluster (strategy, counts,
+    device ids, their number); what needs the model's layers is checked as it is built."""
+    plan_shape(
+        clus, strategy=b.strategy, batch=b.batch, dp=b.dp, pp=b.pp, tp=b.tp,
+        micro_batches=b.micro_batches, micro_batch_size=b.micro_batch_size,
+        partition=b.partition, devices=b.devices, ps_devices=b.ps_devices,
+    )  # fmt: skip
 
 
 def _built(
