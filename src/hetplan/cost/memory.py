@@ -64,6 +64,14 @@ MIXED_GRAD_BYTES = FP32_BYTES  # bytes per parameter (fp32 gradients under autoc
 # forwards of an nn.Linear in three autocast regions save three bf16 weights, in one region
 # one). With recomputation the forward saves nothing: one copy, during the recomputed one.
 AUTOCAST_CAST_BYTES = 2  # bytes per parameter of a layer with matmul/conv FLOPs
+# Autocast runs the loss's log-softmax in fp32 (``log_softmax``, ``nll_loss`` and
+# ``cross_entropy`` are on autocast's float32 list: torch.amp docs, "CUDA Ops that can autocast
+# to float32"), and autograd keeps its fp32 output for the backward. The graph is traced in the
+# low precision without autocast, so its ``saved_bytes`` hold that output at 2 B per logit:
+# the runtime keeps ``LOSS_SOFTMAX_BYTES - 2`` more per logit. On the H100 (gpu-truth, GPT-2
+# bf16, batch 16, 1024 x 50257 logits per sample) this is 1.65 GB of the 3.10 GB the
+# prediction missed (docs/benchmarks.md, memory).
+LOSS_SOFTMAX_BYTES = FP32_BYTES  # bytes per logit of the saved log-softmax under autocast
 # CUDA context + cuBLAS/cuDNN workspaces + caching-allocator slack on a GPU: the context
 # alone takes ~300-500 MB on recent GPUs (CUDA lazy loading, CUDA >= 11.7, cuts it to the
 # low hundreds of MB); we reserve 512 MiB in total. Override per device/cluster.
@@ -92,12 +100,18 @@ class MemoryBreakdown:
     stage_inputs: float = 0.0
     """A later pipeline stage: the received inputs it keeps for each in-flight micro-batch's
     backward (to send their gradients back), beyond what its layers already save."""
+    autocast_loss: float = 0.0
+    """Mixed precision, the stage holding the model's last layer: the fp32 log-softmax of the
+    loss kept per in-flight micro-batch beyond what the traced graph counts
+    (:func:`autocast_loss_bytes`)."""
 
 
 # While autograd differentiates a layer, the gradient of its output and the gradient of its
 # input are both alive (the first is freed after the layer's backward): two activation-sized
 # buffers of one micro-batch on top of the saved activations (reverse-mode autodiff; measured
 # with hetplan.run.meters.memcount on gpt-tiny and resnet-tiny stages, docs/benchmarks.md).
+# By then the activations the later layers saved are freed: the backward peaks where these
+# buffers are largest against what is still saved (:func:`backward_workspace`).
 BACKWARD_GRAD_BUFFERS = 2  # activation-sized buffers
 
 
@@ -177,13 +191,22 @@ class LayerBytes:
     """One autocast low-precision copy of the weights (:func:`cast_cache_bytes`)."""
     saved: Floats
     """Activations kept for backward per sample, in the graph dtype."""
+    loss: Floats
+    """The loss's fp32 log-softmax beyond ``saved``, per sample (:func:`autocast_loss_bytes`)."""
 
     def parts(
-        self, *, micro_batch: int, kept: int, copies: int, stashed_versions: int
+        self,
+        *,
+        micro_batch: int,
+        kept: int,
+        copies: int,
+        stashed_versions: int,
+        losses: int | None = None,
     ) -> dict[str, Floats]:
         """Per layer, by kind, what a stage holds with the activations of ``kept``
-        micro-batches of ``micro_batch`` samples, ``copies`` autocast weight copies and
-        ``stashed_versions`` extra weight versions (PipeDream)."""
+        micro-batches of ``micro_batch`` samples, ``copies`` autocast weight copies,
+        ``stashed_versions`` extra weight versions (PipeDream) and the losses of ``losses``
+        micro-batches (default ``kept``)."""
         return {
             "weights": self.weights,
             "grads": self.grads,
@@ -191,6 +214,7 @@ class LayerBytes:
             "cast_cache": self.cast_cache * copies,
             "activations": self.saved * (micro_batch * kept),
             "stashed_weights": self.weights * stashed_versions,
+            "autocast_loss": self.loss * (micro_batch * (kept if losses is None else losses)),
         }
 
 
@@ -214,6 +238,7 @@ def layer_bytes(
         optimizer=_column([x.params for x in layers]) * share * per_param,
         cast_cache=_column([cast_cache_bytes(x, dtype) for x in layers]) * share,
         saved=_column([x.saved_bytes for x in layers]) * share,
+        loss=_column([autocast_loss_bytes([x], dtype, tp) for x in layers]),
     )
 
 
@@ -222,11 +247,37 @@ def _column(values: Sequence[float]) -> Floats:
 
 
 def backward_workspace(layers: Sequence[LayerInfo], micro_batch: int, tp: int = 1) -> float:
-    """Gradients alive while one layer is differentiated: ``BACKWARD_GRAD_BUFFERS`` times the
-    largest output of ``layers`` (per TP rank: a split vocabulary head's logits are ``1/tp``,
-    :func:`hetplan.cost.tp.tp_output_share`) for ``micro_batch`` samples."""
+    """What the backward of one micro-batch of ``micro_batch`` samples adds to the saved
+    activations of ``layers`` at its peak. Differentiating layer ``l`` holds
+    ``BACKWARD_GRAD_BUFFERS`` gradients of its output's size (per TP rank: a split vocabulary
+    head's logits are ``1/tp``, :func:`hetplan.cost.tp.tp_output_share`) while the layers after
+    ``l`` have freed what they saved: the pass peaks at ``max_l(saved through l + B x out_l)``,
+    and the workspace is that peak less everything saved (>= 0). A VGG's first convolutions
+    have the largest outputs but run their backward last, when almost nothing is saved."""
+    saved = 0.0
+    peak = 0.0
+    for x in layers:
+        saved += x.saved_bytes * tp_share(x, tp)
+        peak = max(peak, saved + BACKWARD_GRAD_BUFFERS * x.out_bytes * tp_output_share(x, tp))
+    return max(peak - saved, 0.0) * micro_batch
+
+
+def workspace_bound(layers: Sequence[LayerInfo], micro_batch: int, tp: int = 1) -> float:
+    """An upper bound of :func:`backward_workspace` for any stage cut from ``layers``:
+    ``BACKWARD_GRAD_BUFFERS`` times their largest output (the screening's, before it knows
+    the stages)."""
     biggest = max((x.out_bytes * tp_output_share(x, tp) for x in layers), default=0)
     return float(BACKWARD_GRAD_BUFFERS * biggest * micro_batch)
+
+
+def autocast_loss_bytes(layers: Sequence[LayerInfo], dtype: str, tp: int = 1) -> float:
+    """Per sample, the fp32 log-softmax bytes the loss keeps under autocast beyond the traced
+    graph's count (``LOSS_SOFTMAX_BYTES - DTYPE_BYTES[dtype]`` per logit of a layer with
+    ``loss_logits``, a split head's share per TP rank); 0 in fp32, where the trace counted it."""
+    if not is_mixed_precision(dtype):
+        return 0.0
+    extra = LOSS_SOFTMAX_BYTES - DTYPE_BYTES[dtype]
+    return float(sum(x.loss_logits * tp_output_share(x, tp) * extra for x in layers))
 
 
 def ps_shard_scale(dtype: str, optimizer: str) -> float:
@@ -278,6 +329,9 @@ def stage_memory(
       backward sends their gradients back; the part the stage's first layer saves anyway is
       already in the activations. Not with ``recompute`` (the stage input is counted there),
     - backward_workspace: :func:`backward_workspace` over the stage's layers,
+    - autocast_loss (mixed precision, the stage with the model's last layer):
+      :func:`autocast_loss_bytes` per sample of each in-flight micro-batch (the loss is
+      computed outside the recomputed stage: kept for every one),
     - ``tied_params``: the stage's copies of weights another stage owns (``cost.ties``), with
       their gradients and optimizer state, added to weights, grads and optimizer.
 
@@ -292,7 +346,11 @@ def stage_memory(
     kept = 1 if recompute else in_flight  # micro-batches whose activations are held whole
     copies = min(in_flight, 1) if recompute else in_flight
     sums = per.parts(
-        micro_batch=micro_batch, kept=kept, copies=copies, stashed_versions=stashed_versions
+        micro_batch=micro_batch,
+        kept=kept,
+        copies=copies,
+        stashed_versions=stashed_versions,
+        losses=in_flight,
     )
     parts = {k: float(v.sum()) for k, v in sums.items()}
     if tied_params:

@@ -51,6 +51,7 @@ from hetplan.graph.types import OP_CLASSES, LayerInfo, ModelGraph, OpWork
 from hetplan.planspec.torch_dtypes import TORCH_DTYPES
 
 DTYPES = TORCH_DTYPES  # the one dtype table (hetplan.planspec.dtypes), as torch dtypes
+CROSS_ENTROPY_TASKS = ("classify", "lm")  # tasks whose default loss is cross-entropy
 
 
 def select_layers(model: nn.Module, depth: int) -> list[tuple[str, nn.Module]]:
@@ -193,6 +194,7 @@ def _assemble(
         for i, ((name, mod), stats) in enumerate(zip(ran, state.stats, strict=False))
     )
     layers = _with_tp_facts(module, layers, DTYPES[dtype].itemsize, notes)
+    layers = _with_loss_logits(layers, built.task, DTYPES[dtype].itemsize)
     return ModelGraph(
         name=built.name,
         input_shape=tuple(built.input_shape),
@@ -204,6 +206,18 @@ def _assemble(
         notes=tuple(notes),
         split_error=split_problem(module, [layer.name for layer in layers]),
     )
+
+
+def _with_loss_logits(
+    layers: tuple[LayerInfo, ...], task: str, itemsize: int
+) -> tuple[LayerInfo, ...]:
+    """The last layer with the logits its cross-entropy loss reads (``LayerInfo.loss_logits``,
+    elements per sample: the layer's output); unchanged for a regression's mean squared error,
+    which saves no tensor of its own."""
+    if task not in CROSS_ENTROPY_TASKS or not layers:
+        return layers
+    last = layers[-1]
+    return (*layers[:-1], dataclasses.replace(last, loss_logits=last.out_bytes // itemsize))
 
 
 def _param_owners(

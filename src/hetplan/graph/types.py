@@ -72,6 +72,11 @@ class LayerInfo:
     saved_input_bytes: int = 0
     """Part of ``saved_bytes`` in tensors earlier layers produced: for a stage starting at this
     layer, the received input it already counts (see ``stage_memory``)."""
+    loss_logits: int = 0
+    """Elements per sample of the logits the default loss (cross-entropy) reads, on a
+    classifier's or language model's last layer; 0 elsewhere. The trace counts the loss's
+    saved log-softmax in ``saved_bytes`` at the traced dtype; under autocast it is fp32
+    (``cost.memory.autocast_loss_bytes``)."""
     fwd_io_bytes: int
     """Bytes per sample read and written by the forward kernels, excluding weights."""
     bwd_io_bytes: int

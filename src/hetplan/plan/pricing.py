@@ -9,7 +9,7 @@ from numpy.typing import NDArray
 
 from hetplan.cluster.spec import Cluster, DeviceType, Link
 from hetplan.cost.comm import p2p_time
-from hetplan.cost.memory import LayerBytes, backward_workspace, layer_bytes, optimizer_step_s
+from hetplan.cost.memory import LayerBytes, layer_bytes, optimizer_step_s, workspace_bound
 from hetplan.cost.threads import compute_kind
 from hetplan.cost.tp import tp_comm_times, tp_share
 from hetplan.cost.tp_compute import tp_rank_costs
@@ -168,7 +168,7 @@ class Pricing:
         """Predict's stage-level backward workspace (``cost.memory.backward_workspace``) for
         one micro-batch of ``batch`` samples, bounded here by the model's largest layer output
         (the screening does not know the stage yet)."""
-        return backward_workspace(self.graph.layers, batch, tp)
+        return workspace_bound(self.graph.layers, batch, tp)
 
     def layer_mem(
         self,
