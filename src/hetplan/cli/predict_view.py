@@ -18,10 +18,26 @@ from hetplan.units import (
 
 if TYPE_CHECKING:
     from hetplan.predict import Prediction
+    from hetplan.predict.predict import DevicePrediction
 
 
 MAX_DEVICE_ROWS = 32
 """Device rows printed; a data-parallel plan over 1,000 devices would print 1,000."""
+MAX_MEMORY_LINES = 8
+NAMED = 3  # devices named on a memory line (the others counted)
+"""Distinct memory breakdowns printed (devices holding the same are listed on one line)."""
+TERM_NAMES = {
+    "activations": "activations",
+    "backward_workspace": "backward workspace",
+    "stage_inputs": "received inputs",
+    "autocast_loss": "loss log-softmax (fp32)",
+    "cast_cache": "autocast weight copies",
+    "stashed_weights": "stashed weights",
+    "comm_buffers": "gradient buckets",
+    "ps_shard": "parameter-server shard",
+    "framework": "framework allowance",
+}
+"""The memory terms (``cost.memory.MemoryBreakdown``) as a user reads them; others as named."""
 
 
 def print_prediction(pred: Prediction) -> None:
@@ -96,8 +112,31 @@ def print_prediction(pred: Prediction) -> None:
             f"{fmt_bytes(worst.memory_capacity_bytes)}",
             markup=False,
         )
+    for line in memory_lines(pred.devices):
+        console.print(line, markup=False)
     for note in pred.notes:
         console.print(f"note: {note}")
+
+
+def memory_lines(devices: list[DevicePrediction]) -> list[str]:
+    """What each device's memory is made of, largest term first, one line per distinct
+    breakdown (the devices holding it named first): why a plan does or does not fit."""
+    groups: dict[tuple[tuple[str, float], ...], list[DevicePrediction]] = {}
+    for d in devices:
+        terms = tuple(sorted((k, round(v)) for k, v in d.memory.items() if v >= 1))
+        groups.setdefault(terms, []).append(d)
+    ordered = sorted(groups.items(), key=lambda kv: -max(d.memory_bytes for d in kv[1]))
+    lines = ["memory terms per device (largest first):"]
+    for terms, held in ordered[:MAX_MEMORY_LINES]:
+        names = ", ".join(d.id for d in held[:3]) + (
+            f" (+{len(held) - 3})" if len(held) > 3 else ""
+        )
+        parts = sorted(terms, key=lambda kv: -kv[1])
+        text = ", ".join(f"{TERM_NAMES.get(k, k)} {fmt_bytes(v)}" for k, v in parts)
+        lines.append(f"  {names}: {text}")
+    if len(ordered) > MAX_MEMORY_LINES:
+        lines.append(f"  ... {plural(len(ordered) - MAX_MEMORY_LINES, 'more breakdown')} (--json)")
+    return lines
 
 
 def edp_iteration(pred: Prediction) -> float:
