@@ -121,16 +121,15 @@ def print_prediction(pred: Prediction) -> None:
 def memory_lines(devices: list[DevicePrediction]) -> list[str]:
     """What each device's memory is made of, largest term first, one line per distinct
     breakdown (the devices holding it named first): why a plan does or does not fit."""
-    groups: dict[tuple[tuple[str, float], ...], list[DevicePrediction]] = {}
+    groups: dict[tuple[tuple[str, int], ...], list[DevicePrediction]] = {}
     for d in devices:
         terms = tuple(sorted((k, round(v)) for k, v in d.memory.items() if v >= 1))
         groups.setdefault(terms, []).append(d)
     ordered = sorted(groups.items(), key=lambda kv: -max(d.memory_bytes for d in kv[1]))
     lines = ["memory terms per device (largest first):"]
     for terms, held in ordered[:MAX_MEMORY_LINES]:
-        names = ", ".join(d.id for d in held[:3]) + (
-            f" (+{len(held) - 3})" if len(held) > 3 else ""
-        )
+        more = f" (+{len(held) - NAMED})" if len(held) > NAMED else ""
+        names = ", ".join(d.id for d in held[:NAMED]) + more
         parts = sorted(terms, key=lambda kv: -kv[1])
         text = ", ".join(f"{TERM_NAMES.get(k, k)} {fmt_bytes(v)}" for k, v in parts)
         lines.append(f"  {names}: {text}")
