@@ -11,9 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
+from typing import IO
 
 import torch
 
@@ -29,6 +31,7 @@ EXAMPLE = ROOT / "examples" / "data" / "blobs.py"
 MODEL, DATA = f"{EXAMPLE}:model", f"{EXAMPLE}:dataset"
 LAYERS = ["0", "1", "2", "3", "4"]
 FAILURE_BOUND_S = 60.0  # what docs/run.md promises for a dead node
+START_S = 90.0  # seconds a node's command may take to start (imports torch) on a busy machine
 
 
 def _plan(pipelines: list[list[str]], batch: int, strategy: str) -> Plan:
@@ -208,4 +211,74 @@ def test_nodes_started_with_different_options_are_refused(tmp_path: Path) -> Non
     for n, p in (("a", a), ("b", b)):
         assert p.returncode == 2, out[n]
         assert "started with other options than node a" in out[n][1], out[n][1][-2000:]
+    assert _alive(env["HETPLAN_TEST_RUN"]) == []
+
+
+def _two_node_plan(tmp: Path) -> Path:
+    plan_file = tmp / "plan.json"
+    plan_file.write_text(json.dumps(to_data(_plan([["a.0", "a.1", "b.0"]], 16, "gpipe"))))
+    return plan_file
+
+
+def _hetplan(*args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "hetplan", *args]
+    return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+def test_printed_commands_meet_at_the_first_nodes_address(tmp_path: Path) -> None:
+    plan_file = _two_node_plan(tmp_path)
+    cluster = CLUSTERS / "loopback-2node.yaml"
+    done = _hetplan("train", str(plan_file), "--cluster", str(cluster), "--print-commands")
+    assert done.returncode == 0, done.stderr
+    cmds = [shlex.split(line) for line in done.stdout.strip().splitlines()]
+    assert [c[c.index("--rdzv") + 1] for c in cmds] == ["127.0.0.1:29400"] * 2
+    # Without addresses, the first node's name ("a") does not resolve: refused, nothing printed.
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("".join(x for x in cluster.read_text().splitlines(True) if "address:" not in x))
+    done = _hetplan("train", str(plan_file), "--cluster", str(bare), "--print-commands")
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.strip().splitlines() == [
+        "hetplan: error: node a hosts the rendezvous, but its name does not resolve on this "
+        "machine: add `address: HOST_OR_IP` to node a in the cluster file, or pass --rdzv "
+        "HOST:PORT"
+    ]
+
+
+def test_a_node_given_an_unresolvable_rdzv_host_is_refused_at_once(tmp_path: Path) -> None:
+    plan_file, env = _two_node_plan(tmp_path), _env()
+    cmd = [
+        sys.executable, "-m", "hetplan", "train", str(plan_file), "--cluster",
+        str(CLUSTERS / "loopback-2node.yaml"), "--node", "b", "--rdzv", "a.invalid:29400",
+    ]  # fmt: skip
+    _, err = _popen(cmd, env).communicate(timeout=START_S)
+    assert err.strip().splitlines() == [
+        "hetplan: error: --rdzv a.invalid:29400: 'a.invalid' does not resolve on node b; give "
+        "the address of node a, the plan's first node, which hosts the rendezvous"
+    ]
+    assert _alive(env["HETPLAN_TEST_RUN"]) == []
+
+
+def test_a_node_waits_visibly_for_a_late_first_node(tmp_path: Path) -> None:
+    plan_file, port, env = _two_node_plan(tmp_path), _free_port(), _env()
+    extra = ["--steps", "2", "--warmup", "0", "--out", str(tmp_path / "m.json")]
+    b = _start(plan_file, "loopback-2node.yaml", "b", port, extra, env)
+    said: list[str] = []
+
+    def read(stream: IO[str]) -> None:  # node b's stderr, line by line as it comes
+        for line in stream:
+            said.append(line)
+
+    assert b.stderr is not None and b.stdout is not None
+    reader = threading.Thread(target=read, args=(b.stderr,), daemon=True)
+    reader.start()
+    waiting = f"node b: waiting for node a's rendezvous at 127.0.0.1:{port} (up to 300 s)\n"
+    deadline = time.monotonic() + START_S
+    while waiting not in said:  # node b says it waits, and keeps waiting
+        assert b.poll() is None and time.monotonic() < deadline, said
+        time.sleep(0.2)
+    a = _start(plan_file, "loopback-2node.yaml", "a", port, extra, env)
+    _, err = a.communicate(timeout=300)
+    assert a.returncode == 0, err[-3000:]
+    assert b.wait(timeout=60) == 0, said
+    assert "node a writes the measurement" in b.stdout.read()
     assert _alive(env["HETPLAN_TEST_RUN"]) == []

@@ -33,6 +33,7 @@ Full schema (``?`` marks optional keys)::
         link?: LINK                # required when the node has more than one device
         pairs?: [{between: [i, j], link: LINK}]   # indices within the node
         network?: LINK             # this node's link to the network (overrides top level)
+        address?: str              # host name or IP where the node is reachable (below)
     network?: LINK                 # required with more than one node
     pairs?: [{between: [id, id], link: LINK}]     # any two devices, e.g. measured figures
     device_types?:                 # custom types (full figures) or catalog overrides
@@ -44,6 +45,10 @@ Full schema (``?`` marks optional keys)::
     collective_overhead_us?: float = 30   # DEFAULT_COLLECTIVE_OVERHEAD_S
     # LINK: {type: CATALOG_LINK, bandwidth_GBps|bandwidth_gbit?, latency_us?}
     #    or {bandwidth_GBps|bandwidth_gbit: .., latency_us: ..}
+
+``address`` is where the other nodes reach this node: ``hetplan train --print-commands`` puts
+the first node's into ``--rdzv ADDRESS:29400`` (without one, the node's name, which must then
+resolve). Nodes on one machine (``examples/clusters/loopback-2node.yaml``) say ``127.0.0.1``.
 
 Between nodes, two devices use the slower of their nodes' network links with the larger of
 the two (end-to-end) latencies (:meth:`Cluster.link`). :func:`load_cluster` resolves a file into a
@@ -77,6 +82,10 @@ def _positive(name: str, value: float | None) -> None:
 def _non_negative(name: str, value: float | None) -> None:
     if value is not None and not (value >= 0 and math.isfinite(value)):
         raise ValueError(f"{name}: expected a finite number >= 0 (got {value})")
+
+
+def _has_space(text: str) -> bool:
+    return any(c.isspace() for c in text)
 
 
 @dataclass(kw_only=True)
@@ -168,10 +177,17 @@ class NodeConfig:
     pairs: list[NodePairConfig] = field(default_factory=list)
     network: LinkConfig | None = None
     """This node's link to the network, overriding the top-level ``network``."""
+    address: str | None = None
+    """Host name or IP address where the other nodes reach this node (the first node's is
+    the rendezvous of a run over several nodes); None: the node's name."""
 
     def __post_init__(self) -> None:
         if not self.name or any(c.isspace() for c in self.name):
             raise ValueError(f"name: expected a non-empty name without spaces (got {self.name!r})")
+        if self.address is not None and (not self.address or _has_space(self.address)):
+            raise ValueError(
+                f"address: expected a host name or IP address, e.g. 10.0.0.5 (got {self.address!r})"
+            )
         if not self.devices:
             raise ValueError("devices: expected at least one device group")
 

@@ -111,6 +111,7 @@ def cluster_to_config(cluster: Cluster) -> ClusterConfig:
                 link=_link_config(intra) if intra is not None else None,
                 pairs=node_pairs[name],
                 network=_link_config(own_net) if own_net is not None and shared is None else None,
+                address=cluster.addresses.get(name),
             )
         )
     return ClusterConfig(

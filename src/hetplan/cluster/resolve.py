@@ -224,4 +224,5 @@ def resolve_config(config: ClusterConfig, source: str) -> Cluster:
         pair_links=pairs,
         network=network,
         collective_overhead_s=config.collective_overhead_us / PER_S,
+        addresses={n.name: n.address for n in config.nodes if n.address is not None},
     )

@@ -113,6 +113,13 @@ class Cluster:
     """Each node's link to the inter-node network, by node name."""
     collective_overhead_s: float = 0.0
     """Fixed cost per collective call (negotiation, buffer set-up), seconds."""
+    addresses: dict[str, str] = field(default_factory=dict)
+    """Host name or IP address where each node is reachable, by node name (the nodes whose
+    cluster file gives one)."""
+
+    def address(self, node: str) -> str:
+        """Where node ``node`` is reachable: its ``address``, else its name."""
+        return self.addresses.get(node, node)
 
     _by_id: dict[str, Device] = field(init=False, repr=False, compare=False)
     _inter: dict[tuple[str, str], Link] = field(init=False, repr=False, compare=False)

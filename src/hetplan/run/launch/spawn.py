@@ -246,6 +246,10 @@ def launch_node(
         ranks=list(node.ranks),
         nodes=list(node.nodes),
     )
+    if not node.is_host:  # a mistyped --rdzv, a first node not started: said, bounded
+        from hetplan.run.launch.commands import wait_for_rendezvous  # noqa: PLC0415 (cycle)
+
+        wait_for_rendezvous(node, rdzv_timeout_s)
     return _launch(spec, timeout_s, on_tick)
 
 
