@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -32,6 +33,9 @@ from hetplan.cli.search_options import (
     TimeLimitOpt,
 )
 from hetplan.cli.status import Terminal
+
+if TYPE_CHECKING:
+    from hetplan.usecases.plan import SearchRequest
 
 # The flow (search, tracer, profiles: numpy and torch) loads inside the command: `hetplan
 # --help` stays quick.
@@ -100,10 +104,23 @@ def plan_cmd(
     if as_json:
         print_json(ranking_json(found.ranking, found.seconds) | {"plan_file": str(out)})
         return
-    print_ranking(found.ranking, top, found.seconds, wide=wide)
+    print_ranking(found.ranking, top, found.seconds, wide=wide, tune=_tune_command(req))
     console.print(f"wrote {out}" + ("" if html is None else f" and {html}"))
 
 
 def register(app: typer.Typer) -> None:
     """Add ``plan`` to ``app``."""
     app.command("plan")(plan_cmd)
+
+
+def _tune_command(req: SearchRequest) -> str:
+    """The ``hetplan tune`` that searches what this ``plan`` searched (without ``--top``)."""
+    args = ["hetplan", "tune", "--model", req.model, "--cluster", str(req.cluster)]
+    args += ["--batch", str(req.batch), "--objective", req.objective]
+    for flag, value in (
+        ("--dataset", req.dataset), ("--dtype", req.dtype), ("--strategies", req.strategies),
+        ("--profiles", req.profiles), ("--optimizer", req.optimizer),
+    ):  # fmt: skip
+        if value is not None:
+            args += [flag, str(value)]
+    return shlex.join(args)

@@ -153,11 +153,21 @@ def _print(done: TrainReport, as_json: bool) -> None:
     from hetplan.cli.writeback_view import writeback_json, writeback_lines
 
     m = done.measurement
+    iv = done.interval
     if as_json:
         report = report_json(m, done.path, done.chart, done.idle_w)
+        report["iteration_interval_s"] = None if iv is None else [iv.low_s, iv.high_s]
+        report["inside_interval"] = None if iv is None else iv.holds(m.measured_iteration_s)
         print_json(report | {"step_log": str(done.step_log)} | writeback_json(done.write_back))
         return
     print_report(m, done.path, done.chart, (done.idle_w, done.idle_devices))
+    if iv is not None:
+        where = "inside" if iv.holds(m.measured_iteration_s) else "outside"
+        console.print(
+            f"the measurement is {where} the prediction's {iv.coverage:.0%} interval "
+            f"{iv.text()} ({iv.basis})",
+            markup=False,
+        )
     console.print(f"step log: {done.step_log}")
     for line in power_lines(done.refits) + writeback_lines(done.write_back):
         console.print(line, soft_wrap=True)

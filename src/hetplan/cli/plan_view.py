@@ -19,6 +19,7 @@ from hetplan.plan.search import Ranked, Ranking
 from hetplan.plan.staleness import is_asynchronous, staleness_of, staleness_text
 from hetplan.planspec import PIPELINED, PipelinePlan, Plan
 from hetplan.predict import DevicePrediction
+from hetplan.predict.error_bars import ties_with_best
 from hetplan.serde import to_data
 from hetplan.units import (
     BYTES_NOTE,
@@ -39,6 +40,10 @@ PLAN_WIDTH = 60
 LEGEND_WIDTH = 120
 """Widest line of the legend below the table."""
 SHOWN_IDS = 3
+TIME_OBJECTIVES = ("time", "throughput")
+"""Objectives the intervals of the iteration time can judge ties under."""
+MAX_TUNE_TOP = 5
+"""Plans the suggested ``tune`` measures at most."""
 """Device ids listed before ``... (+N more)``."""
 
 
@@ -175,6 +180,13 @@ COLUMNS = (
         lambda r: fmt_duration(r.prediction.iteration_time_s, short=True),
         "iteration: one optimizer step over the global batch",
     ),
+    Column(
+        "80% interval",
+        lambda r: r.prediction.interval.text() if r.prediction.interval else "-",
+        "80% interval: where the measured iteration should fall, from hetplan's measured error "
+        "(docs/planning.md)",
+        wide=True,
+    ),
     Column("epoch", _epoch, "epoch: one pass over the dataset (- without a dataset size)"),
     Column(
         "samples/s",
@@ -224,11 +236,16 @@ def table_columns(rows: Sequence[TableRow], wide: bool) -> list[Column]:
     return [c for c in cols if wide or not c.wide]
 
 
-def _legend(cols: Sequence[Column], rows: Sequence[TableRow], wide: bool) -> str:
-    """The meaning of the columns shown (and of the staleness tag), and what ``--wide`` adds."""
+def _legend(
+    cols: Sequence[Column], rows: Sequence[TableRow], wide: bool, ties: bool = False
+) -> str:
+    """The meaning of the columns shown (and of the staleness tag and the tie mark), and what
+    ``--wide`` adds."""
     parts = [c.legend for c in cols if c.legend]
     if not wide and any(is_asynchronous(row.ranked.candidate.plan) for row in rows):
         parts.append(STALENESS_TAG)
+    if ties:
+        parts.append(TIE_LEGEND)
     if not wide:
         shown = {c.head for c in cols}
         hidden = [c.head for c in table_columns(rows, wide=True) if c.head not in shown]
@@ -247,10 +264,30 @@ def _plan_cell(row: TableRow, wide: bool) -> str:
     return r.candidate.label + (f" [dim]{tag}[/]" if tag else "")
 
 
-def _cells(i: int, row: TableRow, cols: Sequence[Column], wide: bool) -> list[str]:
-    """The row's cells; ``#`` is ``-`` for a plan outside the limits (not in the ranking)."""
-    rank = "-" if row.ranked.outside_limits else str(i)
+def _cells(
+    i: int, row: TableRow, cols: Sequence[Column], wide: bool, tie: bool = False
+) -> list[str]:
+    """The row's cells; ``#`` is ``-`` for a plan outside the limits (not in the ranking), and
+    marked with :data:`TIE_MARK` for a plan that ties with the best."""
+    rank = "-" if row.ranked.outside_limits else str(i) + (TIE_MARK if tie else "")
     return [rank, _plan_cell(row, wide), *(c.cell(row.ranked) for c in cols)]
+
+
+TIE_MARK = "~"
+TIE_LEGEND = (
+    f"{TIE_MARK}: a tie with #1, their 80% intervals of the iteration time overlap: the "
+    "ranking cannot tell them apart"
+)
+
+
+def table_ties(ranking: Ranking, rows: Sequence[TableRow]) -> list[bool]:
+    """Per table row, whether it ties with the first (:func:`ties_with_best`): only under a
+    time objective (the intervals are of the iteration time), only rows that can win."""
+    intervals = [row.ranked.prediction.interval for row in rows]
+    if ranking.objective.name not in TIME_OBJECTIVES or any(iv is None for iv in intervals):
+        return [False] * len(rows)
+    ties = ties_with_best([iv for iv in intervals if iv is not None])
+    return [t and not row.ranked.outside_limits for t, row in zip(ties, rows, strict=True)]
 
 
 def _plan_width(heads: Sequence[str], table: Sequence[Sequence[str]], labels: Sequence[str]) -> int:
@@ -265,12 +302,17 @@ def _plan_width(heads: Sequence[str], table: Sequence[Sequence[str]], labels: Se
     return max(len("plan"), min(max(map(len, labels)), PLAN_WIDTH, room))
 
 
-def _print_table(ranking: Ranking, top: int, wide: bool) -> None:
-    """The ranked table and the legend of the columns it shows."""
+def _print_table(ranking: Ranking, top: int, wide: bool) -> list[int]:
+    """The ranked table and the legend of the columns it shows; the table numbers of the rows
+    that tie with #1."""
     rows = table_groups(ranking, top)
     cols = table_columns(rows, wide)
     heads = ["#", "plan", *(c.head for c in cols)]
-    table = [_cells(i, row, cols, wide) for i, row in enumerate(rows, 1)]
+    ties = table_ties(ranking, rows)
+    table = [
+        _cells(i, row, cols, wide, tie)
+        for i, (row, tie) in enumerate(zip(rows, ties, strict=True), 1)
+    ]
     width = _plan_width(heads, table, [row.ranked.candidate.label for row in rows])
     t = Table(title=f"best plans per strategy family (objective: {ranking.objective.name})")
     for col in heads:
@@ -283,14 +325,63 @@ def _print_table(ranking: Ranking, top: int, wide: bool) -> None:
         t.add_row(*cells)
     console.print(t)
     legend_width = max(60, min(console.width, LEGEND_WIDTH))
-    for line in textwrap.wrap(_legend(cols, rows, wide), width=legend_width):
+    legend = _legend(cols, rows, wide, any(ties))
+    for line in textwrap.wrap(legend, width=legend_width):
         console.print(line, markup=False)
+    return [i for i, tie in enumerate(ties, 1) if tie]
 
 
-def print_ranking(ranking: Ranking, top: int, seconds: float, *, wide: bool = False) -> None:
-    """The ranked table (every column with ``wide``), its legend, the winner's stage map, the
-    reasons and the Pareto front."""
-    _print_table(ranking, top, wide)
+def tie_lines(
+    ranking: Ranking, tied: Sequence[int], tune: str | None, width: int = LEGEND_WIDTH
+) -> list[str]:
+    """What the ties mean for the user: the best's interval and basis, and how to measure
+    them; every line within ``width``."""
+    best = ranking.best.prediction.interval
+    if best is None:
+        return []
+    head = (
+        f"iteration of #1: {fmt_duration(ranking.best.prediction.iteration_time_s)}, 80% "
+        f"interval {best.text()} ({best.basis})"
+    )
+    if not tied:
+        return [head + "; no other plan's interval reaches it"]
+    which = ", ".join(f"#{i}" for i in tied)
+    lines = [head, f"{which} tie with #1 within the model's error: measuring tells them apart"]
+    if tune is not None:
+        lines.append("measure them:")
+        lines += command_lines(f"{tune} --top {min(len(tied) + 1, MAX_TUNE_TOP)}", width)
+    return [x for line in lines for x in _wrapped(line, width)]
+
+
+def _wrapped(line: str, width: int) -> list[str]:
+    """Prose wrapped to ``width``; command lines (indented) are broken already."""
+    if line.startswith("  "):
+        return [line]
+    return textwrap.wrap(line, width=width, subsequent_indent="  ")
+
+
+def command_lines(command: str, width: int = LEGEND_WIDTH) -> list[str]:
+    """``command`` indented, broken between its words with shell continuations so that every
+    line fits ``width``: pasted as is, it runs."""
+    lines: list[str] = []
+    current = " "
+    for word in command.split(" "):
+        if len(current) + 1 + len(word) + 2 > width and current.strip():
+            lines.append(current + " \\")
+            current = "     "
+        current += " " + word
+    return [*lines, current]
+
+
+def print_ranking(
+    ranking: Ranking, top: int, seconds: float, *, wide: bool = False, tune: str | None = None
+) -> None:
+    """The ranked table (every column with ``wide``), its legend, the ties with the best
+    (``tune``: the command that would measure them, without ``--top``), the winner's stage map,
+    the reasons and the Pareto front."""
+    tied = _print_table(ranking, top, wide)
+    for line in tie_lines(ranking, tied, tune, max(60, min(console.width, LEGEND_WIDTH))):
+        console.print(line, markup=False, soft_wrap=True)
     for name, why in ranking.baseline_failures.items():
         console.print(f"baseline {name}: infeasible ({why})")
     _print_stage_map(ranking.best)
@@ -434,7 +525,21 @@ def ranked_json(r: Ranked) -> dict[str, Any]:
         "plan": to_data(plan),
         "prediction": r.prediction.to_json(),
         "outside_limits": list(r.outside_limits),
+        "iteration_interval_s": _interval_json(r),
     }
+
+
+def _interval_json(r: Ranked) -> list[float] | None:
+    iv = r.prediction.interval
+    return None if iv is None else [iv.low_s, iv.high_s]
+
+
+def _ties(ranking: Ranking) -> list[bool]:
+    """Per ranked candidate, whether it ties with the best (time objectives only)."""
+    intervals = [r.prediction.interval for r in ranking.ranked]
+    if ranking.objective.name not in TIME_OBJECTIVES or any(iv is None for iv in intervals):
+        return [False] * len(ranking.ranked)
+    return ties_with_best([iv for iv in intervals if iv is not None])
 
 
 def ranking_json(ranking: Ranking, seconds: float) -> dict[str, Any]:
@@ -442,6 +547,9 @@ def ranking_json(ranking: Ranking, seconds: float) -> dict[str, Any]:
         "objective": ranking.objective.name,
         "best": ranked_json(ranking.best),
         "candidates": [ranked_json(r) for r in ranking.ranked],
+        "ties_with_best": [
+            r.candidate.label for r, t in zip(ranking.ranked, _ties(ranking), strict=True) if t
+        ],
         "baselines": {k: ranked_json(v) for k, v in ranking.baselines.items()},
         "baseline_failures": dict(ranking.baseline_failures),
         "rejected": dict(ranking.rejected),

@@ -51,6 +51,12 @@ def print_prediction(pred: Prediction) -> None:
         f"{pred.samples_per_s:.1f} samples/s   batch {pred.global_batch} "
         f"(micro-batches of {', '.join(map(str, sorted(set(pred.micro_batch_sizes))))})"
     )
+    if pred.interval is not None:
+        iv = pred.interval
+        console.print(
+            f"  {iv.coverage:.0%} interval of the iteration: {iv.text()} ({iv.basis})",
+            markup=False,
+        )
     if pred.epoch_time_s is not None:
         iters = plural(pred.iterations_per_epoch or 0, "iteration")
         energy = pred.energy_j_per_epoch or 0.0

@@ -23,6 +23,7 @@ from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
 from hetplan.planspec.plan import Plan
 from hetplan.predict.check import check_devices, stage_ranges
+from hetplan.predict.error_bars import Interval
 from hetplan.predict.plan_memory import infeasible_reasons, plan_memory
 from hetplan.predict.price import price
 from hetplan.predict.sharing import SHARING_ROUNDS, core_groups, shared_speeds, with_speeds
@@ -81,6 +82,9 @@ class Prediction:
     devices: list[DevicePrediction]
     timeline: Timeline = field(repr=False)
     notes: list[str] = field(default_factory=list)
+    interval: Interval | None = None
+    """Where the measured iteration time should fall (:mod:`hetplan.predict.error_bars`); set
+    by the flows that know the profile store, None from :func:`predict` itself."""
 
     def to_json(self, *, timeline: bool = False) -> dict[str, Any]:
         """Plain data (JSON-compatible); ``timeline`` adds every simulated op."""
@@ -90,6 +94,7 @@ class Prediction:
         out["infeasible_reasons"] = list(self.infeasible_reasons)
         out["micro_batch_sizes"] = list(self.micro_batch_sizes)
         out["notes"] = list(self.notes)
+        out["interval"] = asdict(self.interval) if self.interval is not None else None
         if timeline:
             out["timeline"] = [
                 {

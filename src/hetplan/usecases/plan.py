@@ -20,14 +20,16 @@ from hetplan.errors import InputError
 from hetplan.plan import explain
 from hetplan.plan.objective import Limits, Objective, pareto_front, parse_objective
 from hetplan.plan.options import FAMILIES, RUNNABLE, SearchOptions, check_batch
-from hetplan.plan.search import Ranking, search
+from hetplan.plan.search import Ranked, Ranking, search
 from hetplan.plan.staleness import ASYNCHRONOUS_FAMILIES, is_asynchronous
 from hetplan.plan.stamp import stamped
 from hetplan.planspec import ModelRef
 from hetplan.predict import DATASET_SIZES
 from hetplan.predict.build import parse_dtype
+from hetplan.predict.error_bars import ErrorModel, with_interval
 from hetplan.profile.power_store import with_power_fits
 from hetplan.profile.select import compute_model
+from hetplan.profile.store import profile_dir
 from hetplan.serde import to_data, write_json_atomic
 from hetplan.usecases.feedback import SILENT, Feedback
 from hetplan.usecases.pages import write_ranking_page
@@ -204,7 +206,27 @@ def search_plans(req: SearchRequest, feedback: Feedback = SILENT) -> Searched:
     if not ranking.ranked:
         reasons = ", ".join(f"{k} ({v})" for k, v in ranking.rejected.items()) or "none"
         raise InputError(f"no feasible plan for {req.model} on {req.cluster}; rejected: {reasons}")
+    ranking = with_intervals(ranking, ErrorModel.load(profile_dir(req.profiles)))
     return Searched(ranking=ranking, cluster=clus, options=opts, seconds=seconds)
+
+
+def with_intervals(ranking: Ranking, model: ErrorModel) -> Ranking:
+    """Every ranked plan's and baseline's prediction with its interval
+    (:mod:`hetplan.predict.error_bars`); the Pareto front keeps pointing at the same plans."""
+    done: dict[int, Ranked] = {}
+
+    def one(r: Ranked) -> Ranked:
+        if id(r) not in done:
+            pred = with_interval(r.prediction, model)
+            done[id(r)] = dataclasses.replace(r, prediction=pred)
+        return done[id(r)]
+
+    return dataclasses.replace(
+        ranking,
+        ranked=[one(r) for r in ranking.ranked],
+        baselines={k: one(v) for k, v in ranking.baselines.items()},
+        pareto=[one(r) for r in ranking.pareto],
+    )
 
 
 def without_asynchronous(ranking: Ranking, cluster: Cluster) -> Ranking:

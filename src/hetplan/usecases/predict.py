@@ -16,8 +16,10 @@ from hetplan.plan.stamp import check_cluster, stamped
 from hetplan.planspec import ModelRef, Plan
 from hetplan.predict import DATASET_SIZES, Prediction, plan_from_options, predict
 from hetplan.predict.build import plan_shape
+from hetplan.predict.error_bars import ErrorModel, with_interval
 from hetplan.profile.power_store import with_power_fits
 from hetplan.profile.select import compute_model
+from hetplan.profile.store import profile_dir
 from hetplan.serde import load_file, to_data, write_json_atomic
 from hetplan.usecases.feedback import SILENT, Feedback
 from hetplan.usecases.pages import write_prediction_page
@@ -99,6 +101,7 @@ def predict_plan(req: PredictRequest, feedback: Feedback = SILENT) -> Predicted:
         size = DATASET_SIZES.get(ref.dataset or "")
     with feedback.phase("simulating the plan"):
         pred = predict(plan, model, clus, compute, dataset_size=size)
+    pred = with_interval(pred, ErrorModel.load(profile_dir(req.profiles)))
     _write(req, plan, clus, pred, ref)
     return Predicted(prediction=pred, plan=plan, cluster=clus, model=ref)
 

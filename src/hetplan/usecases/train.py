@@ -7,10 +7,12 @@ run's power points refit the power model and its stage times go back into the pr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hetplan.bench.runner import comparable_memory
 from hetplan.cluster import load_cluster
@@ -18,7 +20,9 @@ from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError, Interrupted
 from hetplan.plan.stamp import check_cluster
 from hetplan.planspec import Plan
+from hetplan.predict.error_bars import ErrorModel, Interval, append_record, record_of
 from hetplan.profile.power_store import PowerRecord, record_power_points, with_power_fits
+from hetplan.profile.store import profile_dir
 from hetplan.report.gantt import Panel, bars_of, gantt_figure, gantt_page
 from hetplan.run.launch.commands import node_commands, node_run
 from hetplan.run.launch.spawn import NodeRun, RunError
@@ -53,6 +57,9 @@ from hetplan.serde import load_file, write_text_atomic
 from hetplan.simulate.timeline import Timeline
 from hetplan.units import plural
 from hetplan.usecases.feedback import SILENT, Feedback, Tick
+
+if TYPE_CHECKING:
+    from hetplan.predict.predict import Prediction
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +140,9 @@ class TrainReport:
     refits: list[PowerRefit]
     write_back: WriteBack | None
     """What went back into the profile store (None: ``save_profile`` off)."""
+    interval: Interval | None = None
+    """The prediction's interval from the error history before this run (None without a
+    prediction); the run's own record is added to the history after it."""
 
 
 def load_plan(plan_file: Path, dtype: str | None = None) -> Plan:
@@ -332,7 +342,9 @@ def report(
     prediction, source = predict_plan(plan, clus, opts.profiles)
     chart = None
     timeline: Timeline | None = None
+    interval = None
     if prediction is not None:
+        interval = record_error(prediction, measured.measured_iteration_s, opts)
         timeline = prediction.timeline
         measured = with_prediction(measured, prediction.iteration_time_s, source)
         measured = with_predicted_memory(measured, comparable_memory(prediction))
@@ -348,7 +360,19 @@ def report(
         measurement=measured, path=path, chart=chart, step_log=steps_path(path),
         idle_w=idle_watts(plan, clus, measured),
         idle_devices=len(idle_devices(plan, clus, measured)), refits=refits, write_back=back,
+        interval=interval,
     )  # fmt: skip
+
+
+def record_error(pred: Prediction, measured_s: float, opts: TrainOptions) -> Interval:
+    """The prediction's interval from the store's error history, then this run's record
+    added to it (unless ``--no-save-profile``: the store is left as it was)."""
+    store = profile_dir(opts.profiles)
+    interval = ErrorModel.load(store).interval(pred)
+    if opts.save_profile:
+        with contextlib.suppress(OSError):  # a read-only store: the run's report stands
+            append_record(store, record_of(pred, measured_s, "train"))
+    return interval
 
 
 def trace_chart(m: Measurement, timeline: Timeline, path: Path) -> Path:

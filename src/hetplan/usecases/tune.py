@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +14,10 @@ from typing import Any
 
 from hetplan.cluster.spec import Cluster
 from hetplan.plan.options import SearchOptions
-from hetplan.plan.search import Ranking
+from hetplan.plan.search import Ranked, Ranking
+from hetplan.plan.staleness import is_asynchronous
+from hetplan.planspec import Plan
+from hetplan.predict.error_bars import ties_with_best
 from hetplan.run.loop.trial import DEFAULT_REL_HALFWIDTH
 from hetplan.run.measurement.measure import save_measurement
 from hetplan.run.train import Training, check_training
@@ -55,12 +59,19 @@ class Tuned:
     """What the result file holds."""
 
 
+ONE_STAGE_AS_DP = ("dp", "gpipe", "1f1b", "hybrid")
+"""Families whose one-stage plans run as data parallelism (one replica per pipeline)."""
+
+
 def candidates_of(ranking: Ranking, top: int) -> list[Candidate]:
-    """The ``top`` best distinct plans of a ranking, best predicted first."""
+    """The ``top`` plans to try: the best predicted, then those that tie with it within the
+    model's error (:func:`hetplan.predict.error_bars.ties_with_best`), then the rest, each
+    distinct in what it would measure (:func:`measured_key`: a one-stage pipeline runs as data
+    parallelism does)."""
     out: list[Candidate] = []
     seen: set[str] = set()
-    for r in ranking.ranked:
-        key = str(to_data(r.candidate.plan))
+    for r in tie_order(ranking):
+        key = measured_key(r.candidate.plan)
         if key in seen:
             continue
         seen.add(key)
@@ -75,6 +86,31 @@ def candidates_of(ranking: Ranking, top: int) -> list[Candidate]:
         if len(out) == top:
             break
     return out
+
+
+def tie_order(ranking: Ranking) -> list[Ranked]:
+    """The ranked plans, those tying with the best (time objectives, intervals known) first."""
+    ranked = ranking.ranked
+    intervals = [r.prediction.interval for r in ranked]
+    if ranking.objective.name not in ("time", "throughput") or None in intervals:
+        return list(ranked)
+    ties = ties_with_best([iv for iv in intervals if iv is not None])
+    tied = [r for r, t in zip(ranked, ties, strict=True) if t]
+    return [ranked[0], *tied, *(r for r, t in zip(ranked[1:], ties[1:], strict=True) if not t)]
+
+
+def measured_key(plan: Plan) -> str:
+    """Equal for plans a trial would measure alike. A synchronous plan whose pipelines have
+    one stage (gpipe, 1f1b, hybrid or dp) runs every device as a whole replica and
+    synchronises gradients: it is known by its replicas (a stage's devices: one, or a
+    tensor-parallel group) and their batches, not by its family or its micro-batches."""
+    data = to_data(plan)
+    if plan.num_stages == 1 and plan.strategy in ONE_STAGE_AS_DP and not is_asynchronous(plan):
+        replicas = sorted((list(pipe.stages[0].devices), pipe.batch) for pipe in plan.pipelines)
+        for name in ("strategy", "micro_batches", "pipelines"):
+            data.pop(name, None)
+        data["replicas"] = replicas
+    return json.dumps(data, sort_keys=True)
 
 
 def tune_plans(req: SearchRequest, opts: TuneOptions, feedback: Feedback = SILENT) -> Tuned:
