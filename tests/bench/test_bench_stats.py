@@ -111,3 +111,18 @@ def test_same_plan_measured_twice_is_pooled() -> None:
     assert s.selections[0].slowdown == pytest.approx(1.1 / 1.05 - 1)
     assert s.speedups["a"]["vs_dp"] == pytest.approx(1.0)
     assert s.repeatability == pytest.approx(0.2)
+
+
+def test_interval_coverage_leaves_each_case_out() -> None:
+    # Nine cases measured as predicted and one 3x slower. Leaving a 1.0 case out, the other
+    # nine (eight 1.0, one 3.0) give the band [1.0, 3.0] (k = ceil(10 x 0.9) = 9: their
+    # extremes): inside. Leaving the 3.0 case out, the nine 1.0 give [1.0, 1.0]: outside.
+    # The default band of profiled CPU predictions (0.7-1.9) holds the nine 1.0 only.
+    cases = [case("m", H, "dp", 1.0, 1.0) for _ in range(9)] + [case("m", H, "dp", 1.0, 3.0)]
+    s = summarize(cases)
+    assert s.interval_coverage == pytest.approx(0.9)
+    assert s.default_coverage == pytest.approx(0.9)
+    # Too few other cases for a band: the default decides for each (0.5 is outside it).
+    few = summarize([case("m", H, "dp", 1.0, 1.0), case("m", H, "dp", 1.0, 0.5)])
+    assert few.interval_coverage == pytest.approx(0.5)
+    assert summarize([case("m", H, "dp", 1.0, 1.0)]).interval_coverage is None

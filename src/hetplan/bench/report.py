@@ -118,6 +118,7 @@ def _cases_section(
             f'{100 * summary.p90_analytical_error:.1f}% (column "analytical error").'
         )
     doc.para(memory_summary(summary))
+    doc.para(coverage_summary(summary))
     if summary.repeatability is not None:
         doc.para(
             f"Repeatability: plans measured twice (the planner's pick equal to a fixed plan) "
@@ -137,6 +138,18 @@ def _cases_section(
     doc.table(head, rows)
     doc.para("Median signed error by strategy and cluster (where the model is biased):")
     doc.table(["group", "cases", "median error"], bias_rows(result.cases))
+
+
+def coverage_summary(summary: Summary) -> str:
+    """How often the measured time fell inside its predicted 80% interval."""
+    if summary.interval_coverage is None or summary.default_coverage is None:
+        return "Intervals: too few cases to check their coverage."
+    return (
+        f"Intervals (80%, docs/planning.md): {100 * summary.interval_coverage:.0f}% of the "
+        "measurements fall inside the interval the suite's other cases give their prediction "
+        f"(leave one out); {100 * summary.default_coverage:.0f}% inside the default band of "
+        "profiled CPU predictions (no history)."
+    )
 
 
 def memory_summary(summary: Summary) -> str:

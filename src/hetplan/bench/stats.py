@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from hetplan.bench.suite import HETEROGENEOUS, PIPELINES
 from hetplan.bench.types import PLANNER, CaseResult, RankMemory
+from hetplan.predict.error_bars import ErrorModel, ErrorRecord
 from hetplan.run.measurement.measure import percentile
 
 PICK_TOLERANCE = 0.05
@@ -86,6 +87,12 @@ class Summary:
     p90_analytical_error: float = math.nan
     analytical_cases: int = 0
     """Cases with a profile-free prediction."""
+    interval_coverage: float | None = None
+    """Fraction of the cases whose measured time falls inside the 80% interval that the
+    suite's other cases, as an error history, give their prediction (leave one out,
+    :mod:`hetplan.predict.error_bars`); None under 2 cases."""
+    default_coverage: float | None = None
+    """The same with no history: the default band of profiled CPU predictions."""
 
 
 def abs_errors(cases: list[CaseResult]) -> list[float]:
@@ -186,6 +193,33 @@ def geomean(values: list[float]) -> float | None:
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
 
 
+def _record(case: CaseResult) -> ErrorRecord:
+    """A case as an error record: the suite's predictions are priced from this machine's
+    CPU profiles."""
+    return ErrorRecord(source="profiled", kind="cpu", family=case.strategy,
+                       predicted_s=case.predicted_s, measured_s=case.measured_s)  # fmt: skip
+
+
+def interval_coverage(cases: list[CaseResult]) -> tuple[float | None, float | None]:
+    """(leave-one-out coverage from the other cases, coverage of the default band)."""
+    if len(cases) < 2:
+        return None, None
+    records = [_record(c) for c in cases]
+    inside = 0
+    default = 0
+    for i, c in enumerate(cases):
+        others = ErrorModel(tuple(records[:i] + records[i + 1 :]))
+        inside += others.interval_for(c.predicted_s, "profiled", "cpu", c.strategy).holds(
+            c.measured_s
+        )
+        default += (
+            ErrorModel()
+            .interval_for(c.predicted_s, "profiled", "cpu", c.strategy)
+            .holds(c.measured_s)
+        )
+    return inside / len(cases), default / len(cases)
+
+
 def summarize(cases: list[CaseResult]) -> Summary:
     """All of the suite's figures from its cases."""
     errs = abs_errors(cases)
@@ -193,6 +227,7 @@ def summarize(cases: list[CaseResult]) -> Summary:
     mem = abs_memory_errors(cases)
     sel = selections(cases)
     per_model = speedups(cases)
+    coverage, default_coverage = interval_coverage(cases)
     return Summary(
         cases=len(cases),
         median_error=statistics.median(errs) if errs else math.nan,
@@ -218,4 +253,6 @@ def summarize(cases: list[CaseResult]) -> Summary:
         median_analytical_error=statistics.median(ana) if ana else math.nan,
         p90_analytical_error=percentile(ana, 90) if ana else math.nan,
         analytical_cases=len(ana),
+        interval_coverage=coverage,
+        default_coverage=default_coverage,
     )

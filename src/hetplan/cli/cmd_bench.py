@@ -160,6 +160,11 @@ def _finish(result: SuiteResult, out: Path, as_json: bool) -> None:
             f"{100 * summary.median_analytical_error:.1f}%, "
             f"p90 {100 * summary.p90_analytical_error:.1f}%"
         )
+    if summary.interval_coverage is not None:
+        console.print(
+            f"measured inside the 80% interval: {_fmt(summary.interval_coverage)} (from the "
+            f"other cases), {_fmt(summary.default_coverage)} (default band)"
+        )
     console.print(f"wrote {md} and {page}")
 
 
