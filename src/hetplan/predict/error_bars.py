@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hetplan.units import fmt_seconds
+
 if TYPE_CHECKING:
     from hetplan.predict.predict import Prediction
 
@@ -99,8 +101,6 @@ class Interval:
         return self.low_s <= other.high_s and other.low_s <= self.high_s
 
     def text(self) -> str:
-        from hetplan.units import fmt_seconds  # noqa: PLC0415 (units imports nothing heavy)
-
         return f"{fmt_seconds(self.low_s)}-{fmt_seconds(self.high_s)}"
 
 
