@@ -12,8 +12,8 @@ from hetplan.errors import InputError
 from hetplan.run.launch.spawn import RunError, launch_local
 
 FAILURE_BOUND_S = 60.0  # the issue's bound for a killed rank
-# Seconds from a rank's freeze to the run's end: issue 28's target is 30 (22 measured on a
-# 2-core machine: 15-20 s of heartbeat, 2 s of teardown); the margin is for 2 test workers
+# Seconds from a rank's freeze to the run's end: issue 28's target is 30 (21.3 measured on a
+# 2-core machine: 15-20 s of heartbeat, 1 s of teardown); the margin is for 2 test workers
 # sharing those 2 cores. Before the fix: 49-55 s (torch's 30 s SIGTERM grace).
 FROZEN_BOUND_S = 45.0
 

@@ -32,9 +32,11 @@ START_METHOD = "forkserver"  # ranks fork from one server that imported torch on
 # Seconds the agent gives the other ranks of a failed run to exit, then again between their
 # SIGTERM and SIGKILL. A running rank dies of SIGTERM at once; only a frozen (SIGSTOP) or
 # wedged rank waits the grace out, and torch's default (30 s, see _stop_with_grace) made a
-# frozen rank end the run about 50 s after it froze instead of about 20 (issue 28). A rank of
-# a failed run has nothing left to finish: checkpoints are published by renaming.
-SHUTDOWN_GRACE_S = 1
+# frozen rank end the run about 50 s after it froze instead of about 20 (issue 28). Short,
+# because every failure waits the first half: a rank of a failed run has nothing left to
+# finish (checkpoints are published by renaming).
+JOIN_GRACE_S = 0.5
+SHUTDOWN_GRACE_S = 1  # the same at torch's other shutdowns; whole seconds (an int in torch)
 # torch's logger that reports a failed rank with the traceback of the agent's poll (an exit
 # code, already in the message; the rank's own traceback reaches RunError through its error
 # file). torch's log formatter imports torch._dynamo to format any traceback: 3 s on a 2-core
@@ -112,8 +114,8 @@ def run(spec: LaunchSpec) -> dict[str, Any]:
 
 
 def _stop_with_grace() -> None:
-    """Have torch stop the ranks of a failed run with :data:`SHUTDOWN_GRACE_S` between SIGTERM
-    and SIGKILL. The agent's poll (``MultiprocessContext._poll``) joins its ranks through
+    """Have torch stop the ranks of a failed run with :data:`JOIN_GRACE_S` between SIGTERM and
+    SIGKILL. The agent's poll (``MultiprocessContext._poll``) joins its ranks through
     ``torch.multiprocessing.spawn.ProcessContext.join`` without a grace period, which waits a
     hard-coded 30 s for a rank that ignores SIGTERM (a stopped one cannot act on it) before
     the SIGKILL; ``LaunchConfig.shutdown_timeout`` does not reach it. Patched in this process
@@ -124,8 +126,10 @@ def _stop_with_grace() -> None:
     if getattr(join, "hetplan_grace", False):
         return
 
-    def graceful_join(self: Any, timeout: float | None = None, grace: float | None = None) -> Any:
-        return join(self, timeout, SHUTDOWN_GRACE_S if grace is None else grace)
+    def graceful_join(
+        self: Any, timeout: float | None = None, grace_period: float | None = None
+    ) -> Any:  # torch's signature, keywords included
+        return join(self, timeout, JOIN_GRACE_S if grace_period is None else grace_period)
 
     graceful_join.hetplan_grace = True  # type: ignore[attr-defined]
     spawn.ProcessContext.join = graceful_join  # type: ignore[method-assign]
