@@ -70,7 +70,12 @@ def test_train_json_measures_and_compares(
 
 def test_print_commands_one_per_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     plan = _plan(tmp_path, "gpipe", ["v100.0", "t4.0"])
-    code, out, _ = _run(["train", plan, "--cluster", HETERO, "--print-commands"], capsys)
+    # hetero-2node.yaml gives no `address:` and "v100" does not resolve: a printed command
+    # would not work, so the default rendezvous is refused (issue 28); --rdzv gives one.
+    code, out, err = _run(["train", plan, "--cluster", HETERO, "--print-commands"], capsys)
+    assert code == 2 and out == "" and "add `address: HOST_OR_IP` to node v100" in err
+    argv = ["train", plan, "--cluster", HETERO, "--print-commands", "--rdzv", "v100:29400"]
+    code, out, _ = _run(argv, capsys)
     assert code == 0
     lines = [shlex.split(x) for x in out.strip().splitlines()]
     assert [x[x.index("--node") + 1] for x in lines] == ["v100", "t4"]

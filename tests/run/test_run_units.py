@@ -164,7 +164,7 @@ def test_node_commands_one_per_node_any_ranks_each() -> None:
     )
     cmds = node_commands(
         plan, cluster, plan_path=Path("p.json"), cluster_path=Path("c.yaml"),
-        options=["--steps", "5"],
+        rdzv="v100:29400", options=["--steps", "5"],
     )  # fmt: skip
     assert [shlex.split(c) for c in cmds] == [
         ["hetplan", "train", "p.json", "--cluster", "c.yaml", "--node", node,
