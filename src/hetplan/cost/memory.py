@@ -104,6 +104,9 @@ class MemoryBreakdown:
     """Mixed precision, the stage holding the model's last layer: the fp32 log-softmax of the
     loss kept per in-flight micro-batch beyond what the traced graph counts
     (:func:`autocast_loss_bytes`)."""
+    input_batch: float = 0.0
+    """A stage that reads data (the first and the last): the input batches it holds beyond
+    the micro-batch inputs its activations already count (:func:`input_batch_bytes`)."""
 
 
 # While autograd differentiates a layer, the gradient of its output and the gradient of its
@@ -113,6 +116,14 @@ class MemoryBreakdown:
 # By then the activations the later layers saved are freed: the backward peaks where these
 # buffers are largest against what is still saved (:func:`backward_workspace`).
 BACKWARD_GRAD_BUFFERS = 2  # activation-sized buffers
+# A parameter server's flat buffers (run/execute/ps.py): at the push every rank of a
+# synchronous PS (workers and server-only ranks) concatenates every shard's gradients into one
+# flat buffer per host for its ``reduce`` (a rank without a shard's tensors, a server-only
+# one, contributes zeros of its size), and at the pull one flat buffer per host for the
+# ``broadcast`` of its weights: the whole model's gradients (fp32 under autocast) once, held
+# after the backward has freed the activations. An asynchronous worker's push concatenates
+# its gradients per host the same way (run/execute/ps_async.py).
+PS_FLAT_COPIES = 1  # copies of the model's gradient bytes per PS rank at its push and pull
 
 
 def weight_scale(dtype: str) -> float:
@@ -280,13 +291,77 @@ def autocast_loss_bytes(layers: Sequence[LayerInfo], dtype: str, tp: int = 1) ->
     return float(sum(x.loss_logits * tp_output_share(x, tp) * extra for x in layers))
 
 
-def ps_shard_scale(dtype: str, optimizer: str) -> float:
-    """Bytes a parameter-server host keeps per byte of the graph's parameter bytes it serves:
-    the fp32 weights (``weight_scale``), a gradient accumulator (``grad_scale``) and the
-    optimizer state (``OPTIMIZER_SLOTS`` fp32 slots per parameter, i.e. per
-    ``MASTER_WEIGHT_BYTES`` of weights)."""
-    state = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES / MASTER_WEIGHT_BYTES
-    return weight_scale(dtype) * (1 + state) + grad_scale(dtype)
+def ps_shard_scale(
+    dtype: str, optimizer: str, *, worker: bool = False, asynchronous: bool = False
+) -> float:
+    """Bytes a parameter-server host keeps per byte of the graph's parameter bytes it serves,
+    beyond what a worker on the same rank holds (``worker``):
+
+    - synchronous, on a worker (run/execute/ps.py): the shard's tensors are the worker's own
+      parameters and gradients; the host adds the optimizer state alone (``OPTIMIZER_SLOTS``
+      fp32 slots per parameter, i.e. per ``MASTER_WEIGHT_BYTES`` of weights);
+    - synchronous, server-only: the shard's fp32 weights (``weight_scale``), their gradients
+      (``grad_scale``) and the optimizer state;
+    - asynchronous (run/execute/ps_async.py): the server's master copies (fp32 weights, a
+      gradient per applied push, the optimizer state) on any host; a server-only rank also
+      keeps the shard it built its module from (one more ``weight_scale``)."""
+    state = weight_scale(dtype) * OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES
+    state /= MASTER_WEIGHT_BYTES
+    if worker and not asynchronous:
+        return state
+    masters = weight_scale(dtype) + grad_scale(dtype) + state
+    return masters + (weight_scale(dtype) if asynchronous and not worker else 0.0)
+
+
+def ps_flat_bytes(layers: Sequence[LayerInfo], dtype: str) -> float:
+    """The flat buffers a rank of a parameter server holds at its push and pull:
+    ``PS_FLAT_COPIES`` times the model's gradient bytes as communicated
+    (:func:`grad_tensor_bytes`, fp32 under autocast)."""
+    return float(PS_FLAT_COPIES * sum(sum(t) for t in grad_tensor_bytes(layers, dtype)))
+
+
+def model_input_saved(first: LayerInfo, input_bytes: float) -> float:
+    """Per sample, the model input the model's first layer saves for its backward: its
+    ``input_bytes`` (at most its ``saved_bytes``) when it has parameters (autograd keeps a
+    convolution's and a linear's input and an embedding's indices for the weight gradients),
+    else 0. The trace counts it in ``saved_bytes`` but not in ``saved_input_bytes`` (no layer
+    made it)."""
+    return float(min(input_bytes, first.saved_bytes)) if first.params > 0 else 0.0
+
+
+def stage_input_kept(
+    saved_in: float, stage_in: float, *, micro_batch: int, in_flight: int, recompute: bool
+) -> float:
+    """Bytes of a stage's input that its activations count (as :func:`stage_memory` counts
+    them), with ``saved_in`` bytes per sample of it saved by its first layer and
+    ``stage_in`` bytes per sample in all: ``saved_in`` per in-flight micro-batch, or with
+    ``recompute`` ``stage_in`` per in-flight micro-batch plus the recomputed one's
+    ``saved_in``."""
+    if not recompute:
+        return saved_in * micro_batch * in_flight
+    return (stage_in * in_flight + saved_in * min(in_flight, 1)) * micro_batch
+
+
+def batches_held(*, continuous: bool, in_flight: int, micro_batches: int) -> int:
+    """Iterations whose input batches a stage that reads data holds at once: one for a
+    flushed step; a continuous schedule (PipeDream) starts the next iteration's forwards
+    ``in_flight - 1`` micro-batches before the last backward of the current one, and its
+    window executor keeps each iteration's batch until the step that ends it
+    (run/execute/window.py): ``1 + ceil((in_flight - 1) / micro_batches)``."""
+    if not continuous:
+        return 1
+    return 1 + -(-max(in_flight - 1, 0) // micro_batches)
+
+
+def input_batch_bytes(sample_bytes: float, samples: int, kept: float = 0.0) -> float:
+    """The input batches a stage that reads data holds beyond what its activations count:
+    ``samples`` samples of ``sample_bytes`` (the runtime reads its pipeline's whole batch per
+    iteration, on the first and the last stage: run/loop/worker.py ``_read``) less ``kept``,
+    the part the activations count (on the first stage its micro-batches' inputs,
+    :func:`stage_input_kept`; 0 on a last stage, whose activations hold its cut). The targets
+    are not charged: an int64 label per sample, or an LM's tokens, small beside the inputs'
+    activations."""
+    return max(sample_bytes * samples - kept, 0.0)
 
 
 def stage_memory(
@@ -304,6 +379,9 @@ def stage_memory(
     input_bytes: float | None = None,
     received_bytes: float = 0.0,
     tied_params: float = 0.0,
+    optimizer_state: bool = True,
+    ps_buffers: float = 0.0,
+    batch_bytes: float = 0.0,
 ) -> MemoryBreakdown:
     """Peak memory of a stage holding ``layers``: the per-layer model (:func:`layer_bytes`)
     summed over the stage, plus the stage-level terms.
@@ -333,7 +411,13 @@ def stage_memory(
       :func:`autocast_loss_bytes` per sample of each in-flight micro-batch (the loss is
       computed outside the recomputed stage: kept for every one),
     - ``tied_params``: the stage's copies of weights another stage owns (``cost.ties``), with
-      their gradients and optimizer state, added to weights, grads and optimizer.
+      their gradients and optimizer state, added to weights, grads and optimizer,
+    - optimizer = 0 when not ``optimizer_state`` (a parameter server's worker: the hosts keep
+      the state, :func:`ps_shard_scale`),
+    - comm_buffers += max(``ps_buffers`` - the backward's transient terms, 0): a parameter
+      server's flat buffers (:func:`ps_flat_bytes`) live at the push and pull, after the
+      activations, their gradients, autocast's copies and kept inputs are freed,
+    - input_batch = ``batch_bytes`` (:func:`input_batch_bytes`).
 
     Each layer's TP share (``1 / tp`` for a layer tensor parallelism splits, 1 for a
     replicated one, which every TP rank holds whole) is in :func:`layer_bytes`. The values
@@ -358,6 +442,8 @@ def stage_memory(
         parts["weights"] += tied_params * elem * weight_scale(dtype)
         parts["grads"] += tied_params * elem * grad_scale(dtype)
         parts["optimizer"] += tied_params * OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES
+    if not optimizer_state:
+        parts["optimizer"] = 0.0
     kept_in = 0.0
     if recompute and layers:
         stage_in = layers[0].saved_input_bytes if input_bytes is None else input_bytes
@@ -366,12 +452,25 @@ def stage_memory(
         extra = max(received_bytes - layers[0].saved_input_bytes, 0.0)
         kept_in = extra * micro_batch * in_flight
     parts |= {
-        "comm_buffers": float(bucket_bytes),
         "framework": float(framework_bytes),
         "stage_inputs": float(kept_in),
         "backward_workspace": backward_workspace(layers, micro_batch, tp),
+        "input_batch": float(batch_bytes),
     }
+    transient = sum(parts[k] for k in _FREED_AFTER_BACKWARD)
+    parts["comm_buffers"] = float(bucket_bytes) + max(ps_buffers - transient, 0.0)
     return MemoryBreakdown(**parts, total=sum(parts.values()))
+
+
+# What a stage holds only between a micro-batch's forward and the end of its backward: freed
+# before a parameter server's push and pull (:func:`stage_memory`'s ``ps_buffers``).
+_FREED_AFTER_BACKWARD = (
+    "activations",
+    "cast_cache",
+    "stage_inputs",
+    "backward_workspace",
+    "autocast_loss",
+)
 
 
 def optimizer_step_s(

@@ -8,9 +8,14 @@ from hetplan.cluster.spec import Cluster
 from hetplan.cost import comm
 from hetplan.cost.memory import (
     MemoryBreakdown,
+    batches_held,
     framework_overhead_bytes,
+    input_batch_bytes,
     is_gpu,
+    model_input_saved,
+    ps_flat_bytes,
     ps_shard_scale,
+    stage_input_kept,
     stage_memory,
 )
 from hetplan.cost.ties import stage_tied_params
@@ -26,7 +31,7 @@ class DeviceMemory:
 
     breakdown: MemoryBreakdown
     ps_shard_bytes: float
-    """Parameters plus optimizer state of the PS shard it hosts (0 if none)."""
+    """What hosting a PS shard adds (``cost.memory.ps_shard_scale``; 0 if none)."""
     capacity_bytes: float
 
     @property
@@ -48,16 +53,25 @@ def plan_memory(
     spec = spec_of(plan)
     sync = spec.syncs_replicas(plan)
     shards = _ps_shards(plan, graph)
+    flat = ps_flat_bytes(graph.layers, graph.dtype) if spec.hosts_parameters else 0.0
     out: dict[str, DeviceMemory] = {}
     for p, pipe in enumerate(plan.pipelines):
         for s, stage in enumerate(pipe.stages):
             lo, hi = ranges[p][s]
+            layers = graph.layers[lo : hi + 1]
+            n = spec.in_flight(s, num, plan.micro_batches)
+            input_bytes = float(graph.cut_bytes[lo - 1] if lo > 0 else graph.input_bytes)
+            kept = stage_input_kept(
+                model_input_saved(layers[0], graph.input_bytes), graph.input_bytes,
+                micro_batch=micro_batch[p], in_flight=n, recompute=plan.recompute,
+            )  # fmt: skip
+            batch = _held_batch(plan, graph, s, pipe.batch, n, kept)
             for dev_id in stage.devices:
                 dev = cluster.device(dev_id)
                 mem = stage_memory(
-                    graph.layers[lo : hi + 1],
+                    layers,
                     micro_batch=micro_batch[p],
-                    in_flight=spec.in_flight(s, num, plan.micro_batches),
+                    in_flight=n,
                     optimizer=plan.optimizer,
                     dtype=graph.dtype,
                     recompute=plan.recompute,
@@ -66,8 +80,11 @@ def plan_memory(
                     bucket_bytes=bucket_bytes[s] if sync else 0.0,
                     framework_bytes=framework_overhead_bytes(is_gpu(dev.type)),
                     received_bytes=float(graph.cut_bytes[lo - 1]) if lo > 0 else 0.0,
-                    input_bytes=float(graph.cut_bytes[lo - 1] if lo > 0 else graph.input_bytes),
+                    input_bytes=input_bytes,
                     tied_params=stage_tied_params(graph, ranges[p], s, plan.tp),
+                    optimizer_state=not spec.hosts_parameters,
+                    ps_buffers=flat,
+                    batch_bytes=batch,
                 )
                 out[dev_id] = DeviceMemory(
                     breakdown=mem,
@@ -76,34 +93,57 @@ def plan_memory(
                 )
     for dev_id, shard in shards.items():
         if dev_id not in out:
-            dev = cluster.device(dev_id)
-            fw = framework_overhead_bytes(is_gpu(dev.type))
-            zero = MemoryBreakdown(
-                weights=0,
-                grads=0,
-                optimizer=0,
-                activations=0,
-                stashed_weights=0,
-                comm_buffers=0,
-                framework=fw,
-                total=fw,
-            )
-            out[dev_id] = DeviceMemory(
-                breakdown=zero, ps_shard_bytes=shard, capacity_bytes=dev.type.memory_bytes
-            )
+            out[dev_id] = _server_only(cluster, dev_id, shard, flat)
     return out
 
 
+def _held_batch(
+    plan: Plan, graph: ModelGraph, stage: int, batch: int, n: int, kept: float
+) -> float:
+    """``cost.memory.input_batch_bytes`` of a stage with ``n`` micro-batches in flight whose
+    pipeline's batch is ``batch`` samples: the first and the last stage read it (the last for
+    its targets; the runtime reads the whole batch on both); on the first the activations
+    already count ``kept`` bytes of it (its micro-batches' inputs). None on middle stages."""
+    if stage not in (0, plan.num_stages - 1):
+        return 0.0
+    iterations = batches_held(
+        continuous=spec_of(plan).continuous, in_flight=n, micro_batches=plan.micro_batches
+    )
+    samples = batch * iterations
+    return input_batch_bytes(graph.input_bytes, samples, kept if stage == 0 else 0.0)
+
+
+def _server_only(cluster: Cluster, dev_id: str, shard: float, flat: float) -> DeviceMemory:
+    """A PS host that runs no stage: its shard (``shard``), the flat buffers of every shard
+    it joins the push and pull of (``flat``) and the framework allowance."""
+    dev = cluster.device(dev_id)
+    fw = framework_overhead_bytes(is_gpu(dev.type))
+    zero = MemoryBreakdown(
+        weights=0,
+        grads=0,
+        optimizer=0,
+        activations=0,
+        stashed_weights=0,
+        comm_buffers=flat,
+        framework=fw,
+        total=fw + flat,
+    )
+    return DeviceMemory(breakdown=zero, ps_shard_bytes=shard, capacity_bytes=dev.type.memory_bytes)
+
+
 def _ps_shards(plan: Plan, graph: ModelGraph) -> dict[str, float]:
-    """Bytes each PS host keeps: its shard's parameter bytes times
-    ``cost.memory.ps_shard_scale`` (weights, a gradient accumulator, the optimizer state)."""
+    """Bytes each PS host keeps for its shard: the shard's parameter bytes times
+    ``cost.memory.ps_shard_scale`` (as a worker's host or a server-only rank)."""
     if not spec_of(plan).hosts_parameters or not plan.ps_devices:
         return {}
     tensors = [b for sizes in comm.layer_tensor_bytes(graph.layers) for b in sizes]
     assignment = comm.assign_ps_shards(tensors, len(plan.ps_devices), plan.ps_assignment)
-    per_byte = ps_shard_scale(graph.dtype, plan.optimizer)
+    on_worker = set(plan.devices)
     out: dict[str, float] = {}
     for dev, idx in zip(plan.ps_devices, assignment, strict=True):
+        per_byte = ps_shard_scale(
+            graph.dtype, plan.optimizer, worker=dev in on_worker, asynchronous=plan.ps_async
+        )
         nbytes = float(sum(tensors[i] for i in idx))
         out[dev] = out.get(dev, 0.0) + nbytes * per_byte
     return out

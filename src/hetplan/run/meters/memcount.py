@@ -23,7 +23,12 @@ What is counted
       into ``.grad`` (``AccumulateGrad`` keeps the tensor the backward produced), autocast's
       casts, the optimizer's state created lazily on its first ``step()`` (``zeros_like``
       buffers and the ``torch.tensor`` "step" scalars, seen as ``aten.lift_fresh``) and its
-      temporaries.
+      temporaries;
+    * a DTensor's local tensors (tensor parallelism): the mode declines DTensor operators, so
+      DTensor's own dispatch runs them on the local shards, and those plain operators come
+      back to the mode (before this, a tensor-parallel gpt-tiny rank measured 7.1 MB of the
+      16.9 MB it holds: the split layers' activations and the sharded optimizer state were
+      missed).
 
 Outputs that alias an input's storage (views, in-place and ``out=`` operators) add nothing;
 a view of a storage that existed before the counter was entered and is not in the baseline
@@ -31,6 +36,13 @@ a view of a storage that existed before the counter was entered and is not in th
 baseline + new live bytes right after an operator's outputs are recorded; ``current_bytes``
 is updated at each operator (a ``del`` shows at the next operator) and at exit. The counter
 holds only weak references to the baseline and to the tensors it sees.
+
+Held from the start
+    :meth:`TensorBytesCounter.peak_held_from_start` answers "what would the peak have been had
+    these storages, allocated inside the context, been alive from its start": a fresh run's
+    first step creates the optimizer's state in its ``step()``, after the backward's peak,
+    while every later step (and a resumed run's first) holds it throughout. The counter keeps
+    the live total after every operator (8 bytes each) and each storage's operator index.
 
 What is not counted
     * memory that is not a tensor storage: allocator headers, fragmentation and caching,
@@ -42,7 +54,9 @@ What is not counted
       file or received from another process);
     * storages that change in place: ``resize_``, ``set_`` or ``param.data = ...`` on a
       counted storage are not followed;
-    * meta tensors and tensors without a strided storage (sparse, nested);
+    * meta tensors and tensors without a strided storage (sparse, nested), and other tensor
+      subclasses' operators (run as they are: the fake tensors of DTensor's sharding
+      propagation hold no memory);
     * operators run on other threads (the mode is thread-local): this counter is meant for
       CPU ranks, where the backward runs on the calling thread; it is not thread-safe.
 
@@ -76,6 +90,7 @@ Overhead
 from __future__ import annotations
 
 import weakref
+from array import array
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any
@@ -84,6 +99,14 @@ import torch
 from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
+
+try:
+    from torch.distributed.tensor import DTensor as _DTensor
+except ImportError:  # a torch built without distributed: no DTensor to decline
+
+    class _DTensor:  # type: ignore[no-redef]
+        """Stands for DTensor where torch has none (no tensor is one)."""
+
 
 __all__ = ["TensorBytesCounter", "step_peak_bytes"]
 
@@ -95,12 +118,14 @@ _FRESH_OPS = frozenset({torch.ops.aten.lift_fresh.default, torch.ops.aten.lift_f
 class _Entry:
     """One counted storage: a weak reference to it, its size and its known Python wrappers."""
 
-    __slots__ = ("nbytes", "ptr", "ref", "wrappers")
+    __slots__ = ("born", "nbytes", "ptr", "ref", "wrappers")
 
-    def __init__(self, storage: Any, ptr: int, nbytes: int) -> None:
+    def __init__(self, storage: Any, ptr: int, nbytes: int, born: int) -> None:
         self.ref = StorageWeakRef(storage)
         self.ptr = ptr
         self.nbytes = nbytes
+        self.born = born
+        """Index of the operator that allocated it (-1: the baseline)."""
         self.wrappers = 0
 
     def expired(self) -> bool:
@@ -148,8 +173,13 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[misc]
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
         if any(t is not torch.Tensor and t is not nn.Parameter for t in types):
-            # A tensor subclass (DTensor): run as is; its local ops run below this mode and
-            # are not counted (tensor-parallel stages' figures leave them out, see docs).
+            if any(issubclass(t, _DTensor) for t in types):
+                # Declined: DTensor's own dispatch runs the op on its local tensors, and
+                # those plain ops come back to this mode, counted (a tensor-parallel rank's
+                # shards, its activations and its optimizer state).
+                return NotImplemented
+            # Another subclass (the fake tensors of DTensor's sharding propagation): no
+            # memory of its own.
             return func(*args, **(kwargs or {}))
         counter = self._counter
         counter._collect()
@@ -180,6 +210,8 @@ class TensorBytesCounter:
         self._prune_at = 4096
         self._mode: _CountingMode | None = None
         self._used = False
+        self._history = array("q")
+        """The live total right after each operator (index = the operator's)."""
 
     # -- context -------------------------------------------------------------------------
 
@@ -261,7 +293,7 @@ class TensorBytesCounter:
             nbytes = int(storage.nbytes())
             if not fresh or nbytes == 0:
                 return
-            entry = _Entry(storage, ptr, nbytes)
+            entry = _Entry(storage, ptr, nbytes, len(self._history) if self._mode else -1)
             self._live[ptr] = entry
             self.current_bytes += nbytes
         self._watch(t, entry)
@@ -289,12 +321,45 @@ class TensorBytesCounter:
                                 input_ptrs.add(int(s.data_ptr()))
                     fresh = int(storage.data_ptr()) not in input_ptrs
                 self._track(t, storage, fresh)
+        self._history.append(self.current_bytes)
         self.peak_bytes = max(self.peak_bytes, self.current_bytes)
 
+    # -- queries -------------------------------------------------------------------------
 
-def step_peak_bytes(run_step: Callable[[], None], baseline: Iterable[torch.Tensor]) -> int:
+    def peak_held_from_start(self, tensors: Iterable[torch.Tensor]) -> int:
+        """The peak had the storages of ``tensors`` that the context allocated (and that are
+        still alive) been alive since it was entered: each one's bytes added at every
+        operator before the one that allocated it. Call it inside the context; tensors of the
+        baseline, or that the counter never saw, change nothing."""
+        late: dict[int, _Entry] = {}
+        for t in tensors:
+            storage = _storage_of(t) if isinstance(t, torch.Tensor) else None
+            entry = None if storage is None else self._live.get(int(storage.data_ptr()))
+            if entry is not None and entry.born >= 0 and not entry.expired():
+                late[entry.ptr] = entry
+        births = sorted((e.born, e.nbytes) for e in late.values())
+        missing = sum(n for _, n in births)  # not yet allocated at the entry
+        peak = self.baseline_bytes + missing
+        k = 0
+        for op, live in enumerate(self._history):
+            while k < len(births) and births[k][0] <= op:
+                missing -= births[k][1]
+                k += 1
+            peak = max(peak, live + missing)
+        return peak
+
+
+def step_peak_bytes(
+    run_step: Callable[[], None],
+    baseline: Iterable[torch.Tensor],
+    held_from_start: Callable[[], Iterable[torch.Tensor]] | None = None,
+) -> int:
     """Run ``run_step`` once under a :class:`TensorBytesCounter` and return its peak bytes
-    (baseline storages + storages allocated by the step)."""
+    (baseline storages + storages allocated by the step); with ``held_from_start`` (called
+    after the step), the peak had the storages of the tensors it returns been alive from the
+    start (:meth:`TensorBytesCounter.peak_held_from_start`)."""
     with TensorBytesCounter(baseline) as counter:
         run_step()
+        if held_from_start is not None:
+            return counter.peak_held_from_start(held_from_start())
     return counter.peak_bytes

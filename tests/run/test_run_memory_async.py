@@ -1,0 +1,145 @@
+"""Predicted peak memory against the measured CPU peak (issue 26, item 4): PipeDream's
+stages, a synchronous parameter server with a server-only rank, tensor-parallel ranks (real
+processes, gloo, CPU; the prediction less the framework allowance, as ``hetplan bench``
+compares them). Before: the PipeDream stages -16% and -26% (Adam's state, made after the
+first step's backward, was not counted), the server-only rank +56% (its flat buffers), the
+workers -18% and -27% (charged an optimizer state the hosts keep), the TP ranks -61%
+(DTensor's local operators not counted)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hetplan.bench.runner import comparable_memory
+from hetplan.cluster.config import load_cluster
+from hetplan.cost.compute import AnalyticalCompute
+from hetplan.graph import build_graph
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.predict import predict
+from hetplan.run.setup.model import ZooSource, layer_names
+from hetplan.run.train import run_plan
+
+CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
+WITHIN = 0.15  # issue 26's bound for PipeDream's and a server rank's CPU peak
+
+
+def _figures(plan: Plan, cluster_file: str) -> dict[str, tuple[int, float]]:
+    """Device -> (measured peak of the first step, predicted less the framework allowance)."""
+    cluster = load_cluster(CLUSTERS / cluster_file)
+    graph = build_graph(plan.model)
+    predicted = comparable_memory(predict(plan, graph, cluster, AnalyticalCompute(graph.dtype)))
+    ranks = run_plan(plan, cluster=cluster, steps=2, seed=1)
+    assert all(r.memory_source == "tensor bytes" for r in ranks)
+    return {r.device: (r.peak_memory_bytes, predicted[r.device]) for r in ranks}
+
+
+def _errors(plan: Plan, cluster_file: str) -> dict[str, float]:
+    """Device -> (measured - predicted) / predicted of the first step's peak."""
+    return {d: (m - p) / p for d, (m, p) in _figures(plan, cluster_file).items()}
+
+
+def _stages(name: str, devices: list[list[str]]) -> list[StagePlan]:
+    layers = layer_names(ZooSource(name=name))
+    n = len(devices)
+    bounds = [round(k * len(layers) / n) for k in range(n + 1)]
+    return [
+        StagePlan(layers=layers[bounds[k] : bounds[k + 1]], devices=devices[k]) for k in range(n)
+    ]
+
+
+def _pipedream(name: str, dataset: str | None, batch: int, micro: int) -> Plan:
+    stages = _stages(name, [["local.0"], ["local.1"]])
+    return Plan(
+        model=ModelRef(name=name, dataset=dataset), strategy="pipedream", global_batch=batch,
+        micro_batches=micro, pipelines=[PipelinePlan(stages=stages, batch=batch)],
+        optimizer="adam",
+    )  # fmt: skip
+
+
+def _pipedream_gpt() -> Plan:
+    return _pipedream("gpt-tiny", None, 8, 2)
+
+
+def _pipedream_resnet() -> Plan:
+    return _pipedream("resnet-tiny", "cifar10", 32, 4)
+
+
+def _ps() -> Plan:
+    workers = [
+        PipelinePlan(stages=_stages("gpt-tiny", [[f"local.{k}"]]), batch=16) for k in range(2)
+    ]
+    return Plan(
+        model=ModelRef(name="gpt-tiny"), strategy="ps", global_batch=32, pipelines=workers,
+        optimizer="adam", ps_devices=["local.1", "local.2"], ps_assignment="size",
+    )  # fmt: skip
+
+
+def _tp() -> Plan:
+    stages = _stages("gpt-tiny", [["local.0", "local.1"]])
+    return Plan(
+        model=ModelRef(name="gpt-tiny"), strategy="gpipe", global_batch=8, micro_batches=2,
+        pipelines=[PipelinePlan(stages=stages, batch=8)], optimizer="adam", tp=2,
+    )  # fmt: skip
+
+
+CASES: dict[str, tuple[Callable[[], Plan], str]] = {
+    "pipedream gpt-tiny, 2 stages, batch 8, m=2, Adam": (_pipedream_gpt, "local-cpu.yaml"),
+    "ps gpt-tiny, 2 workers x 16, hosts local.1 and local.2 (server-only), Adam": (
+        _ps, "local-cpu-hetero.yaml",
+    ),
+    "gpipe tp=2 gpt-tiny, batch 8, m=2, Adam": (_tp, "local-cpu.yaml"),
+    "pipedream resnet-tiny/cifar10, 2 stages, batch 32, m=4, Adam": (
+        _pipedream_resnet, "local-cpu.yaml",
+    ),
+}  # fmt: skip
+"""The real runs of the tests below, by label: a plan and its cluster file."""
+
+
+@pytest.mark.slow
+def test_pipedream_stages_within_15_percent() -> None:
+    errors = _errors(_pipedream_gpt(), "local-cpu.yaml")
+    assert set(errors) == {"local.0", "local.1"}
+    assert all(abs(e) <= WITHIN for e in errors.values()), errors
+
+
+@pytest.mark.slow
+def test_ps_server_only_rank_and_workers_within_15_percent() -> None:
+    errors = _errors(_ps(), "local-cpu-hetero.yaml")
+    assert set(errors) == {"local.0", "local.1", "local.2"}  # local.2 runs no stage
+    assert all(abs(e) <= WITHIN for e in errors.values()), errors
+
+
+@pytest.mark.slow
+def test_tensor_parallel_ranks_within_15_percent() -> None:
+    errors = _errors(_tp(), "local-cpu.yaml")
+    assert all(abs(e) <= WITHIN for e in errors.values()), errors
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="gloo's send works report is_completed() False until wait(): the executors keep "
+    "every send of the step (the window's, for PipeDream) instead of the in-flight ones; "
+    "resnet-tiny's cuts are large beside its stages (+23% and +48%)",
+)
+def test_pipedream_with_large_cuts_within_15_percent() -> None:
+    errors = _errors(_pipedream_resnet(), "local-cpu.yaml")
+    assert all(abs(e) <= WITHIN for e in errors.values()), errors
+
+
+def main() -> None:
+    """Print every case's ranks as a Markdown table (docs/benchmarks.md, issue 26 item 4)."""
+    print("| plan | rank | measured MB | predicted MB | error |\n|---|---|---|---|---|")
+    for label, (make, cluster_file) in CASES.items():
+        for dev, (measured, predicted) in _figures(make(), cluster_file).items():
+            error = (measured - predicted) / predicted
+            print(
+                f"| {label} | {dev} | {measured / 1e6:.2f} | {predicted / 1e6:.2f} | {error:+.1%} |"
+            )
+
+
+if __name__ == "__main__":
+    main()
