@@ -231,8 +231,9 @@ def test_ps_shards_and_traffic_are_fp32_under_mixed_precision(
     graph, clus = two_layers("bf16"), make_cluster([2])
     plan = _plan(graph, clus, "ps")
     pred = predict(plan, graph, clus, AnalyticalCompute("bf16"))
-    # The shard hosts keep fp32 weights, an fp32 gradient accumulator and two Adam slots.
-    assert sum(d.memory["ps_shard"] for d in pred.devices) == 1500 * (4 + 4 + 8)
+    # The shard hosts are the workers: their shards are the workers' own fp32 weights and
+    # gradients; hosting adds the two fp32 Adam slots.
+    assert sum(d.memory["ps_shard"] for d in pred.devices) == 1500 * 8
     assert {w.nbytes for w in _price(plan, graph, clus).ps} == {1500 * 4}  # fp32 push, pull
 
 
@@ -247,9 +248,12 @@ def test_gpipe_stages_keep_a_cast_copy_per_micro_batch(make_cluster: ClusterFact
     # on stage 1 the received input kept for both micro-batches (20 B x 4 x 2).
     assert [d.memory["backward_workspace"] for d in pred.devices] == [160, 160]
     assert [d.memory.get("stage_inputs", 0) for d in pred.devices] == [0, 160]
+    # The last stage reads the batch too (8 samples of 4 B); stage 0's first layer saves
+    # its micro-batches' inputs already.
+    assert [d.memory.get("input_batch", 0) for d in pred.devices] == [0, 32]
     for i, dev in enumerate(pred.devices):
         extra = dev.memory["framework"] + dev.memory["backward_workspace"]
-        extra += dev.memory.get("stage_inputs", 0)
+        extra += dev.memory.get("stage_inputs", 0) + dev.memory.get("input_batch", 0)
         assert dev.memory_bytes - extra == pytest.approx(layer_mem[i])
 
 

@@ -302,8 +302,9 @@ def test_recompute_only_when_activations_do_not_fit() -> None:
     assert plain is not None and plain.plan.recompute is False
     # 4 layers x 16 samples in flight = 64 MB per stage; recompute keeps 4 stage inputs of
     # 4 samples (16 MB) plus one micro-batch's 16 MB: 32 MB fits in 40 MB, 64 MB does not.
-    # (plus predict's backward workspace, two 4 MB activation gradients: 48 MB holds it)
-    tight_type = dev_type("X", 1.0, memory=FRAMEWORK_OVERHEAD_BYTES + 48e6)
+    # (plus predict's backward workspace, two 4 MB activation gradients, and the last
+    # stage's input batch, 16 samples of 1 MB: 60 MB holds it)
+    tight_type = dev_type("X", 1.0, memory=FRAMEWORK_OVERHEAD_BYTES + 60e6)
     tight = context(graph, syn_cluster([("a", tight_type, 2)]), batch=16)
     redo = pipeline_at(tight, "gpipe", slots, 4)
     assert redo is not None and redo.plan.recompute is True

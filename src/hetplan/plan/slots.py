@@ -9,6 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hetplan.cost.memory import (
+    batches_held,
     framework_overhead_bytes,
     is_gpu,
 )
@@ -149,6 +150,9 @@ def slot_memory(
             # the kept inputs), bounded by the largest cut, plus the backward workspace.
             inputs = biggest_input * micro[v] * flight if recompute or s > 0 else 0.0
             extra = inputs + ctx.pricing.workspace(micro[v], len(members(d)))
+            if s in (0, n - 1):  # they read the pipeline's batch (predict's input_batch)
+                held = batches_held(continuous=spec.continuous, in_flight=flight, micro_batches=m)
+                extra += ctx.graph.input_bytes * micro[v] * m * held
             fixed[s] = max(fixed[s], framework_overhead_bytes(is_gpu(dtype)) + extra)
             caps[s] = min(caps[s], dtype.memory_bytes)
     return mem, fixed, caps
