@@ -121,9 +121,10 @@ def test_tensor_parallel_ranks_within_15_percent() -> None:
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
-    reason="gloo's send works report is_completed() False until wait(): the executors keep "
-    "every send of the step (the window's, for PipeDream) instead of the in-flight ones; "
-    "resnet-tiny's cuts are large beside its stages (+23% and +48%)",
+    reason="gloo's send works report is_completed() False until wait(): a stage's sends of "
+    "values are released when their gradients return (stage 0: +23% -> +6%), but the last "
+    "stage keeps its gradient sends until the window ends (+48%), where resnet-tiny's cuts "
+    "are large beside its stages",
 )
 def test_pipedream_with_large_cuts_within_15_percent() -> None:
     errors = _errors(_pipedream_resnet(), "local-cpu.yaml")

@@ -72,8 +72,22 @@ class _StepState:
     recv_grad: dict[int, tuple[list[torch.Tensor], list[Any], int]] = field(default_factory=dict)
     in_grads: dict[int, list[torch.Tensor]] = field(default_factory=dict)
     sends: list[Any] = field(default_factory=list)
+    value_sends: dict[int, list[Any]] = field(default_factory=dict)
+    """Micro-batch -> the sends of its values to the next stage, until its gradients return
+    (:meth:`Executor.retire_value_sends`)."""
     losses: dict[int, torch.Tensor] = field(default_factory=dict)
     """Micro-batch -> its weighted loss (last stage)."""
+
+
+def retire_value_sends(st: _StepState, j: int) -> None:
+    """Wait on the sends of micro-batch ``j``'s values, releasing their buffers (the stage's
+    output, held until then). Called once its gradients are back: the next stage received the
+    values before it could send them, so the waits return at once. gloo's ``is_completed()``
+    stays False until ``wait()`` (torch 2.13), so the step's filter of finished sends never
+    dropped one, and a stage held every micro-batch's output until the step (PipeDream: the
+    window) ended instead of its in-flight ones."""
+    for w in st.value_sends.pop(j, []):
+        w.wait()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +166,8 @@ class Executor:
             st.sends = [w for w in st.sends if not w.is_completed()]
         for w in st.sends:
             w.wait()
+        for j in list(st.value_sends):
+            retire_value_sends(st, j)
         self._end()
         self.last_loss = float(sum(float(t) for t in st.losses.values())) if self.io.last else None
         return self.last_loss
@@ -235,7 +251,8 @@ class Executor:
         if src == io.me:
             if dst == io.next_device:  # activations forward
                 assert io.tout is not None and io.next_rank is not None
-                st.sends += p2p.send_values(st.outputs[j], io.tout, io.next_rank, j)
+                sent = p2p.send_values(st.outputs[j], io.tout, io.next_rank, j)
+                st.value_sends.setdefault(j, []).extend(sent)
             else:  # gradients of this stage's inputs backward
                 assert io.tin is not None and io.prev_rank is not None
                 st.sends += p2p.send_grads(st.in_grads.pop(j), io.tin, io.prev_rank, j)
@@ -312,6 +329,7 @@ class Executor:
         grads: list[torch.Tensor] = []
         if not io.last:
             grads = self._wait(st.recv_grad.pop(j), io.stage + 1, j)
+            retire_value_sends(st, j)
         if final and self.ties is not None:
             tie_start = self.stamp()
             if self.ties.add_partials():

@@ -31,7 +31,7 @@ from torch.func import functional_call
 from torch.utils.checkpoint import checkpoint
 
 from hetplan.cost.comm_buckets import ddp_bucket_members, first_bucket
-from hetplan.run.execute.executor import Executor, _StepState
+from hetplan.run.execute.executor import Executor, _StepState, retire_value_sends
 from hetplan.run.execute.gradsync import Recorder
 from hetplan.schedule.types import Action
 
@@ -139,6 +139,8 @@ class WindowExecutor(Executor):
             for s in st.sends:
                 s.wait()
             st.sends = []
+            for j in list(st.value_sends):
+                retire_value_sends(st, j)
         self._end()
         self._data.pop(w, None)
         mine = [j for j in st.losses if j // self.m == w]
