@@ -19,7 +19,7 @@ from hetplan.plan.search import Ranked, Ranking
 from hetplan.plan.staleness import is_asynchronous, staleness_of, staleness_text
 from hetplan.planspec import PIPELINED, PipelinePlan, Plan
 from hetplan.predict import DevicePrediction
-from hetplan.predict.error_bars import ties_with_best
+from hetplan.predict.error_bars import ties_under
 from hetplan.serde import to_data
 from hetplan.units import (
     BYTES_NOTE,
@@ -40,8 +40,6 @@ PLAN_WIDTH = 60
 LEGEND_WIDTH = 120
 """Widest line of the legend below the table."""
 SHOWN_IDS = 3
-TIME_OBJECTIVES = ("time", "throughput")
-"""Objectives the intervals of the iteration time can judge ties under."""
 MAX_TUNE_TOP = 5
 """Plans the suggested ``tune`` measures at most."""
 """Device ids listed before ``... (+N more)``."""
@@ -283,10 +281,7 @@ TIE_LEGEND = (
 def table_ties(ranking: Ranking, rows: Sequence[TableRow]) -> list[bool]:
     """Per table row, whether it ties with the first (:func:`ties_with_best`): only under a
     time objective (the intervals are of the iteration time), only rows that can win."""
-    intervals = [row.ranked.prediction.interval for row in rows]
-    if ranking.objective.name not in TIME_OBJECTIVES or any(iv is None for iv in intervals):
-        return [False] * len(rows)
-    ties = ties_with_best([iv for iv in intervals if iv is not None])
+    ties = ties_under(ranking.objective.name, [row.ranked.prediction.interval for row in rows])
     return [t and not row.ranked.outside_limits for t, row in zip(ties, rows, strict=True)]
 
 
@@ -536,10 +531,7 @@ def _interval_json(r: Ranked) -> list[float] | None:
 
 def _ties(ranking: Ranking) -> list[bool]:
     """Per ranked candidate, whether it ties with the best (time objectives only)."""
-    intervals = [r.prediction.interval for r in ranking.ranked]
-    if ranking.objective.name not in TIME_OBJECTIVES or any(iv is None for iv in intervals):
-        return [False] * len(ranking.ranked)
-    return ties_with_best([iv for iv in intervals if iv is not None])
+    return ties_under(ranking.objective.name, [r.prediction.interval for r in ranking.ranked])
 
 
 def ranking_json(ranking: Ranking, seconds: float) -> dict[str, Any]:

@@ -231,3 +231,15 @@ def ties_with_best(intervals: Sequence[Interval]) -> list[bool]:
 def with_interval(pred: Prediction, model: ErrorModel) -> Prediction:
     """``pred`` with its :class:`Interval`."""
     return dataclasses.replace(pred, interval=model.interval(pred))
+
+
+TIME_OBJECTIVES = ("time", "throughput")
+"""Objectives whose ranking the intervals of the iteration time can judge."""
+
+
+def ties_under(objective: str, intervals: Sequence[Interval | None]) -> list[bool]:
+    """:func:`ties_with_best` under a time objective with every interval known; else none."""
+    known = [iv for iv in intervals if iv is not None]
+    if objective not in TIME_OBJECTIVES or len(known) < len(intervals):
+        return [False] * len(intervals)
+    return ties_with_best(known)

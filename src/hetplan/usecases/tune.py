@@ -17,7 +17,7 @@ from hetplan.plan.options import SearchOptions
 from hetplan.plan.search import Ranked, Ranking
 from hetplan.plan.staleness import is_asynchronous
 from hetplan.planspec import Plan
-from hetplan.predict.error_bars import ties_with_best
+from hetplan.predict.error_bars import ties_under
 from hetplan.run.loop.trial import DEFAULT_REL_HALFWIDTH
 from hetplan.run.measurement.measure import save_measurement
 from hetplan.run.train import Training, check_training
@@ -91,10 +91,9 @@ def candidates_of(ranking: Ranking, top: int) -> list[Candidate]:
 def tie_order(ranking: Ranking) -> list[Ranked]:
     """The ranked plans, those tying with the best (time objectives, intervals known) first."""
     ranked = ranking.ranked
-    intervals = [r.prediction.interval for r in ranked]
-    if ranking.objective.name not in ("time", "throughput") or None in intervals:
+    ties = ties_under(ranking.objective.name, [r.prediction.interval for r in ranked])
+    if not any(ties):
         return list(ranked)
-    ties = ties_with_best([iv for iv in intervals if iv is not None])
     tied = [r for r, t in zip(ranked, ties, strict=True) if t]
     return [ranked[0], *tied, *(r for r, t in zip(ranked[1:], ties[1:], strict=True) if not t)]
 
