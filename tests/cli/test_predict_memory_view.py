@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
 from hetplan.cli.predict_view import memory_lines
 from hetplan.predict.predict import DevicePrediction
 
@@ -34,3 +38,41 @@ def test_one_line_per_breakdown_largest_device_and_term_first() -> None:
         "  a.0, a.1, a.2 (+2): activations 2.00 GB, weights 1.00 GB, framework allowance 500.00 MB"
     )
     assert len(lines) == 3
+
+
+def test_layer_sources_in_runs_of_consecutive_layers() -> None:
+    from hetplan.cli.predict_view import source_lines
+
+    sources = {
+        "T4": {"a": "measured on T4", "b": "measured on T4", "c": "analytical", "d": "analytical"},
+        "cpu": {"e": "calibrated on cpu"},
+    }
+    assert source_lines(sources) == [
+        "cost source per layer (--json: layer_sources):",
+        "  T4: a..b (2 layers): measured on T4; c..d (2 layers): analytical",
+        "  cpu: e: calibrated on cpu",
+    ]
+    # One source for every layer: the headline says it.
+    assert source_lines({"T4": {"a": "analytical", "b": "analytical"}}) == []
+
+
+def test_predict_json_names_the_source_of_every_layer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from hetplan.cli.main import main
+    from hetplan.graph import build_graph
+    from hetplan.planspec import ModelRef
+
+    cluster = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "local-cpu.yaml"
+    argv = ["predict", "--model", "gpt-tiny", "--batch", "8", "--cluster", str(cluster)]
+    argv += ["--strategy", "dp", "--analytical", "--profiles", str(tmp_path), "--json"]
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert (done.value.code or 0) == 0
+    data = json.loads(capsys.readouterr().out)
+    names = [x.name for x in build_graph(ModelRef(name="gpt-tiny")).layers]
+    (kind,) = data["layer_sources"]  # the local cluster's one device type
+    assert list(data["layer_sources"][kind]) == names  # every layer, in the model's order
+    assert set(data["layer_sources"][kind].values()) == {data["cost_source"]}

@@ -118,10 +118,34 @@ def print_prediction(pred: Prediction) -> None:
             f"{fmt_bytes(worst.memory_capacity_bytes)}",
             markup=False,
         )
+    for line in source_lines(pred.layer_sources):
+        console.print(line, markup=False)
     for line in memory_lines(pred.devices):
         console.print(line, markup=False)
     for note in pred.notes:
         console.print(f"note: {note}")
+
+
+def source_lines(sources: dict[str, dict[str, str]]) -> list[str]:
+    """Which source priced which layers, per device type, in runs of consecutive layers; none
+    where one source priced every layer (the headline's cost source says it)."""
+    if len({s for layers in sources.values() for s in layers.values()}) <= 1:
+        return []
+    lines = ["cost source per layer (--json: layer_sources):"]
+    for kind, layers in sources.items():
+        runs: list[tuple[list[str], str]] = []
+        for layer, source in layers.items():
+            if runs and runs[-1][1] == source:
+                runs[-1][0].append(layer)
+            else:
+                runs.append(([layer], source))
+        parts = [f"{_span_of(names)}: {source}" for names, source in runs]
+        lines.append(f"  {kind}: " + "; ".join(parts))
+    return lines
+
+
+def _span_of(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]}..{names[-1]} ({len(names)} layers)"
 
 
 def memory_lines(devices: list[DevicePrediction]) -> list[str]:

@@ -82,6 +82,9 @@ class Prediction:
     devices: list[DevicePrediction]
     timeline: Timeline = field(repr=False)
     notes: list[str] = field(default_factory=list)
+    layer_sources: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Device type -> layer -> what priced it (a profile, a learned fit, a calibration or the
+    catalog: ``cost_source``'s labels, layer by layer)."""
     interval: Interval | None = None
     """Where the measured iteration time should fall (:mod:`hetplan.predict.error_bars`); set
     by the flows that know the profile store, None from :func:`predict` itself."""
@@ -191,6 +194,7 @@ def predict(
         bubble_fraction=timeline.bubble_fraction,
         exposed_comm_s=timeline.exposed_comm_s,
         cost_source=", ".join(priced.sources) or "none",
+        layer_sources=layer_sources(priced.layer_sources),
         devices=devices,
         timeline=timeline,
         notes=list(timeline.schedule.notes) + _tp_notes(plan, graph),
@@ -216,3 +220,11 @@ def _tp_notes(plan: Plan, graph: ModelGraph) -> list[str]:
         "unit with whole heads per rank, no vocabulary divisible by it): every TP rank "
         "computes its stage whole",
     ]
+
+
+def layer_sources(triples: tuple[tuple[str, str, str], ...]) -> dict[str, dict[str, str]]:
+    """(device type, layer, source) triples as device type -> layer -> source."""
+    out: dict[str, dict[str, str]] = {}
+    for kind, layer, source in triples:
+        out.setdefault(kind, {})[layer] = source
+    return out

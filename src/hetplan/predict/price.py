@@ -84,19 +84,22 @@ def _stage_compute(
     devices: list[Device],
     rng: tuple[int, int],
     mb: int,
-) -> tuple[float, list[float], float, set[str]]:
-    """(forward s, per-layer backward s, optimizer s, sources) of one stage per micro-batch."""
+) -> tuple[float, list[float], float, dict[tuple[str, str, str], None]]:
+    """(forward s, per-layer backward s, optimizer s, (device type, layer, source) of each
+    layer) of one stage per micro-batch."""
     lo, hi = rng
     tp = len(devices)
     layers = graph.layers[lo : hi + 1]
     fwd, bwd = 0.0, [0.0] * (hi - lo + 1)
-    sources: set[str] = set()
+    sources: dict[tuple[str, str, str], None] = {}  # a set in the layers' order
     opt = 0.0
     # Recomputation re-runs each layer's forward inside its backward.
     redo = 1.0 if plan.recompute else 0.0
     for dev in devices:
         costs = tp_rank_costs(compute, graph, dev, mb, tp)[lo : hi + 1]
-        sources.update(c.source for c in costs)
+        kind = dev.type.name
+        for x, c in zip(layers, costs, strict=True):
+            sources[(kind, x.name, c.source)] = None
         fwd = max(fwd, sum(c.fwd_s for c in costs))
         bwd = [max(b, c.bwd_s + redo * c.fwd_s) for b, c in zip(bwd, costs, strict=True)]
         opt = max(opt, optimizer_step_s(compute, graph, dev, layers, plan.optimizer, tp))
@@ -158,7 +161,7 @@ def price(
     )
     pipes: list[PipelineWork] = []
     mbs: list[int] = []
-    sources: set[str] = set()
+    sources: dict[tuple[str, str, str], None] = {}  # a set in the layers' order
     tp_bytes: list[list[tuple[float, float]]] = []
     for p, pipe in enumerate(plan.pipelines):
         mb = micro_batch_size(pipe.batch, plan.micro_batches)
@@ -201,7 +204,8 @@ def price(
         ps=ps,
         micro_batch=mbs,
         bucket_bytes=bucket_bytes,
-        sources=tuple(sorted(sources)),
+        sources=tuple(sorted({src for _, _, src in sources})),
+        layer_sources=tuple(sources),
         tp_bytes=tp_bytes,
     )
 

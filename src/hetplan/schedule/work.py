@@ -105,6 +105,8 @@ class PricedWork:
     """Per stage: DDP bucket memory (bytes per device) when buckets exist."""
     sources: tuple[str, ...]
     """Distinct cost sources of the layer costs used."""
+    layer_sources: tuple[tuple[str, str, str], ...] = ()
+    """(device type, layer, what priced it) of every layer on every device type it runs on."""
     tp_bytes: list[list[tuple[float, float]]] = field(default_factory=list)
     """Per pipeline, per stage: (forward, backward) bytes of the TP all-reduces one TP rank
     runs per micro-batch (``cost.tp.tp_traffic``; with recomputation the forward ones run
