@@ -5,6 +5,7 @@ computing the whole block, without a word."""
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
@@ -194,3 +195,19 @@ def test_inspect_predict_and_plan_print_the_note(
     plan = ["plan", "--model", MODEL, *cluster, "--batch", "8", "--out", str(tmp_path / "p.json")]
     assert f"note: {PLAN_NOTE}" in _run(plan, capsys)
     assert json.loads(_run([*plan, "--json"], capsys))["notes"] == [PLAN_NOTE]
+    page = tmp_path / "p.html"
+    _run([*plan, "--html", str(page)], capsys)
+    assert html.escape(PLAN_NOTE) in page.read_text()
+
+
+def test_train_of_a_tp_plan_says_the_blocks_run_whole() -> None:
+    from hetplan.usecases.train import tp_notes
+
+    def plan(devices: list[str]) -> Plan:
+        stage = StagePlan(layers=LAYERS, devices=devices)
+        return Plan(model=ModelRef(name=MODEL), strategy="gpipe", global_batch=4,
+                    micro_batches=1, tp=len(devices),
+                    pipelines=[PipelinePlan(batch=4, stages=[stage])])  # fmt: skip
+
+    assert tp_notes(plan(["g.0", "g.1"])) == [PREDICT_NOTE]
+    assert tp_notes(plan(["g.0"])) == []

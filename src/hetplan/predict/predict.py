@@ -201,17 +201,24 @@ def predict(
     )
 
 
+def untraced_tp_notes(plan: Plan, graph: ModelGraph) -> list[str]:
+    """A TP plan on a model with blocks torch.fx could not trace: those layers are computed
+    whole on every TP rank (their units are unknown); [] otherwise."""
+    untraced = graph.untraced() if plan.tp > 1 else ""
+    if not untraced:
+        return []
+    return [
+        f"tp {plan.tp}: torch.fx could not trace a module in {untraced}: every TP rank "
+        "computes such a layer whole (its attention and MLP units are unknown)"
+    ]
+
+
 def _tp_notes(plan: Plan, graph: ModelGraph) -> list[str]:
     """A TP plan on a model with blocks torch.fx could not trace: those layers are computed
     whole on every rank; a TP plan whose degree splits no layer: so is every stage."""
     if plan.tp == 1:
         return []
-    notes = []
-    if untraced := graph.untraced():
-        notes.append(
-            f"tp {plan.tp}: torch.fx could not trace a module in {untraced}: every TP rank "
-            "computes such a layer whole (its attention and MLP units are unknown)"
-        )
+    notes = untraced_tp_notes(plan, graph)
     if any(tp_splits(layer, plan.tp) for layer in graph.layers):
         return notes
     return [

@@ -73,6 +73,7 @@ def write_plan_page(
     plan: Plan | None = None,
     max_rows: int = MAX_ROWS,
     max_bars: int = MAX_BARS,
+    notes: Sequence[str] = (),
 ) -> None:
     """Write the page for ``prediction`` to ``path`` atomically (see :func:`render_plan_page`)."""
     page = render_plan_page(
@@ -81,6 +82,7 @@ def write_plan_page(
         pareto=pareto,
         chosen=chosen,
         plan=plan,
+        notes=notes,
         max_rows=max_rows,
         max_bars=max_bars,
     )
@@ -96,8 +98,11 @@ def render_plan_page(
     plan: Plan | None = None,
     max_rows: int = MAX_ROWS,
     max_bars: int = MAX_BARS,
+    notes: Sequence[str] = (),
 ) -> str:
-    """The page as one HTML string, plotly.js inline once.
+    """The page as one HTML string, plotly.js inline once; ``notes``: the search's (what it
+    kept out, e.g. no tensor-parallel plan for a block torch.fx could not trace), shown under
+    the header with the prediction's own.
 
     ``plan`` (optional) names each stage's layers in the Gantt's hover text; ``pareto``: every
     candidate a search priced, ``chosen`` the one this page shows (starred); ``max_rows`` and
@@ -113,6 +118,7 @@ def render_plan_page(
     )
     memory = memory_rows(prediction, max_rows=max_rows)
     parts = [_header(prediction, title, chosen)]
+    parts += [f'<p class="note">{html.escape(n)}</p>' for n in notes]
     parts += ["<h2>Simulated iteration</h2>", _gantt_caption(gantt)]
     parts.append(_div(figs.gantt_figure(gantt), "gantt", plotlyjs=True))
     parts += ["<h2>Memory per device</h2>", _memory_caption(prediction, memory)]

@@ -217,6 +217,9 @@ def summary(prediction: Prediction) -> list[tuple[str, str]]:
         ("devices", str(len(p.devices))),
         ("cost source", p.cost_source),
     ]
+    if p.interval is not None:
+        iv = p.interval
+        out.insert(2, (f"{iv.coverage:.0%} interval", f"{iv.text()} ({iv.basis})"))
     if p.epoch_time_s is not None:
         out.insert(4, ("epoch time", fmt_duration(p.epoch_time_s)))
     if p.dollars_per_iteration is not None:

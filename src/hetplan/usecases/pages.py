@@ -32,4 +32,12 @@ def write_ranking_page(path: Path, ranking: Ranking) -> None:
     chosen = points[ranking.ranked.index(best)]
     plan = best.candidate.plan
     title = f"{plan.model.name}: {best.candidate.label} on {plan.cluster or 'the cluster'}"
-    write_plan_page(path, best.prediction, title=title, pareto=points, chosen=chosen, plan=plan)
+    write_plan_page(
+        path,
+        best.prediction,
+        title=title,
+        pareto=points,
+        chosen=chosen,
+        plan=plan,
+        notes=ranking.notes,
+    )

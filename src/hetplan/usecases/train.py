@@ -18,9 +18,11 @@ from hetplan.bench.runner import comparable_memory
 from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Cluster
 from hetplan.errors import InputError, Interrupted
+from hetplan.graph import build_graph
 from hetplan.plan.stamp import check_cluster
 from hetplan.planspec import Plan
 from hetplan.predict.error_bars import ErrorModel, Interval, append_record, record_of
+from hetplan.predict.predict import untraced_tp_notes
 from hetplan.profile.power_store import PowerRecord, record_power_points, with_power_fits
 from hetplan.profile.store import profile_dir
 from hetplan.report.gantt import Panel, bars_of, gantt_figure, gantt_page
@@ -205,13 +207,22 @@ def train(
 ) -> TrainReport | NodeFinished:
     """Run (this node's ranks of) the plan, then report and write back what it measured."""
     here = None if node is None else node_run(plan, clus, node.node, node.rdzv, node.run_id)
-    for line in resume_notes(opts):
+    for line in [*resume_notes(opts), *tp_notes(plan)]:
         feedback.note(line)
     measured = execute(plan, clus, opts, here, steps_path(path), feedback)
     if measured is None:
         assert here is not None and node is not None
         return NodeFinished(node=node.node, ranks=len(here.ranks), first=here.nodes[0])
     return report(plan, clus, measured, path, opts)
+
+
+def tp_notes(plan: Plan) -> list[str]:
+    """A tensor-parallel plan of a model with blocks torch.fx could not trace: the runtime
+    finds no units there either, and every TP rank computes those layers whole (predict's
+    note, said before the run)."""
+    if plan.tp == 1:
+        return []
+    return untraced_tp_notes(plan, build_graph(plan.model))
 
 
 def resume_notes(opts: TrainOptions) -> list[str]:
