@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from hetplan.run.loop.steplog import complete_lines
+
 FILE_GLOB = "warnings-*.jsonl"
 RUNTIME_SOURCES = ("/torch/distributed/",)
 """Warnings raised there concern how hetplan drives torch's collectives and checkpoints (e.g.
@@ -101,16 +103,8 @@ class WarningReader:
     def read_new(self) -> list[RankWarning]:
         out: list[RankWarning] = []
         for path in sorted(self.directory.glob(FILE_GLOB)):
-            offset = self._offsets.get(path, 0)
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    data = f.read()
-            except OSError:
-                continue
-            end = data.rfind(b"\n") + 1
-            self._offsets[path] = offset + end
-            out += [w for w in map(_parse, data[:end].splitlines()) if w is not None]
+            data, self._offsets[path] = complete_lines(path, self._offsets.get(path, 0))
+            out += [w for w in map(_parse, data.splitlines()) if w is not None]
         return out
 
 

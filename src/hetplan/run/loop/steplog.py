@@ -103,19 +103,25 @@ class StepLogReader:
         """New records by rank (ranks without new records are left out)."""
         out: dict[int, list[dict[str, Any]]] = {}
         for rank, path in _log_files(self.directory):
-            offset = self._offsets.get(rank, 0)
-            try:
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    data = f.read()
-            except OSError:
-                continue
-            end = data.rfind(b"\n") + 1  # 0 when no line is complete yet
-            self._offsets[rank] = offset + end
-            records = _parse_lines(data[:end])
+            data, self._offsets[rank] = complete_lines(path, self._offsets.get(rank, 0))
+            records = _parse_lines(data)
             if records:
                 out[rank] = records
         return out
+
+
+def complete_lines(path: Path, offset: int) -> tuple[bytes, int]:
+    """The complete lines of ``path`` written after byte ``offset``, and the offset after
+    them: a last line still being written (no newline yet) is left for the next call; an
+    unreadable file gives nothing."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return b"", offset
+    end = data.rfind(b"\n") + 1  # 0 when no line is complete yet
+    return data[:end], offset + end
 
 
 def read_records(directory: Path) -> dict[int, list[dict[str, Any]]]:
