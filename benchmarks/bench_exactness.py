@@ -1,12 +1,15 @@
 """The planner's heuristic against the exhaustive reference: optimality gap and sensitivity.
 
-Run: .venv/bin/python benchmarks/bench_exactness.py [--quick] [--json PATH]
+Run: .venv/bin/python benchmarks/bench_exactness.py [--quick] [--synchronous]
+[--no-sensitivity] [--json PATH]
 
 For every case (zoo model x cluster x objective) the heuristic (`hetplan.plan.search.search`)
 is compared with `hetplan.plan.exhaustive.exhaustive_search`, which simulates every candidate of
 the same space (every subset orbit, every micro-batch count):
 gap = heuristic best score / exhaustive best score - 1 (objective time: the predicted
 iteration-time excess). Rows mark the subset regime; every cluster here is in the exact one.
+Both search every family ``SearchOptions`` defaults to, PipeDream included; ``--synchronous``
+searches those ``hetplan plan`` does by default (no asynchronous family).
 Then:
 
 - regimes: the heuristic forced onto whole-node subsets (MAX_EXHAUSTIVE_SUBSETS = 1, rows
@@ -16,9 +19,10 @@ Then:
   (subset never screened for its family, screened but not shortlisted, ...), its rank by the
   balanced bound that picks the pipelined/TP subsets, and its screening estimate against its
   simulated score;
-- sensitivity: each shortlist constant varied alone, only the heuristic rerun over the grid
-  (PS_SUBSETS only acts outside the exact regime, so it is inert on this grid);
-- combined: the changes the diagnosed misses call for, over the same grid.
+- sensitivity: each shortlist constant that acts in the exact regime varied alone, only the
+  heuristic rerun over the grid. Every cluster here is in the exact regime, where every family
+  is screened on every subset (issue 27): PS_SUBSETS, PIPELINED_SUBSETS, TP_SUBSETS and
+  REFINED_PER_FAMILY act only outside it, so they are inert on this grid and not varied.
 
 search.py, screen.py and subsets.py read the constants as module globals at call time and no
 other module binds them, so setting the attribute changes the run; `patched` sets every loaded
@@ -27,7 +31,8 @@ hetplan module that binds the name anyway, in case one starts importing it by va
 The exhaustive runs of the two objectives of one (model, cluster) share predictions (cached by
 the plan's JSON; the simulator is deterministic): the second one's seconds are marked "*".
 Single process, analytical compute model, each graph built once. Measured on 2 shared cores:
-full run 6.5-9.5 min (the exhaustive references are most of it), --quick about 1 min.
+full run 20 min (the exhaustive references about 7, the 13 sensitivity rows at ~40 s of
+heuristic CPU each most of the rest), --quick about 2 min.
 """
 
 from __future__ import annotations
@@ -61,7 +66,9 @@ from hetplan.plan.classes import Selection, node_level_count, orbit_count, symme
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.exhaustive import exhaustive_search
 from hetplan.plan.objective import Objective, parse_objective
+from hetplan.plan.options import FAMILIES
 from hetplan.plan.search import Ranked, Ranking, SearchOptions, make_context, search
+from hetplan.plan.staleness import ASYNCHRONOUS_FAMILIES
 from hetplan.planspec import ModelRef, Plan
 from hetplan.predict import Prediction
 from hetplan.serde import to_data
@@ -116,23 +123,10 @@ REGIMES: dict[str, dict[str, int]] = {
     "nodes": {"MAX_EXHAUSTIVE_SUBSETS": 1},
     "descent": {"MAX_EXHAUSTIVE_SUBSETS": 1, "MAX_NODE_SUBSETS": 1},
 }
-COMBINED: dict[str, dict[str, float]] = {
-    # Every subset of the exact regime (at most MAX_EXHAUSTIVE_SUBSETS) gets pipelined and
-    # TP candidates; TP_SUBSETS only slices what PIPELINED_SUBSETS let through, so both move.
-    "pipelined+TP on every subset": {"PIPELINED_SUBSETS": 256, "TP_SUBSETS": 256},
-    "... and REFINED_PER_FAMILY=8": {
-        "PIPELINED_SUBSETS": 256,
-        "TP_SUBSETS": 256,
-        "REFINED_PER_FAMILY": 8,
-    },
-}
 SENSITIVITY: dict[str, tuple[float, ...]] = {
     "CLOSE_FAMILY_RATIO": (1.0, 1.2, 1.5, 2.0, 3.0),
-    "REFINED_PER_FAMILY": (1, 2, 4, 8),
+    "EXACT_REFINED_PER_FAMILY": (4, 8, 16, 32),
     "SIMULATED_PER_FAMILY": (1, 2, 3, 5),
-    "PIPELINED_SUBSETS": (2, 4, 8, 16),
-    "TP_SUBSETS": (1, 2, 4, 8),
-    "PS_SUBSETS": (1, 4, 8, 16),
 }
 
 
@@ -281,7 +275,9 @@ def load_clusters(quick: bool, tmp: Path) -> dict[str, Cluster]:
     return {k: v for k, v in out.items() if not quick or k in QUICK_CLUSTERS}
 
 
-def make_cases(quick: bool, clusters: Mapping[str, Cluster]) -> list[Case]:
+def make_cases(
+    quick: bool, clusters: Mapping[str, Cluster], families: tuple[str, ...] = FAMILIES
+) -> list[Case]:
     cases = []
     for name, dataset, batch in MODELS:
         if quick and name not in QUICK_MODELS:
@@ -290,7 +286,7 @@ def make_cases(quick: bool, clusters: Mapping[str, Cluster]) -> list[Case]:
         graph = build_graph(ref)
         for cname, cluster in clusters.items():
             for obj in OBJECTIVES:
-                opts = SearchOptions(batch=batch, objective=parse_objective(obj))
+                opts = SearchOptions(batch=batch, objective=parse_objective(obj), families=families)
                 cases.append(
                     Case(
                         model=name,
@@ -374,25 +370,24 @@ def compare(
 def _bound_rank(
     ctx: Context, case: Case, target: set[str], keep: Callable[[int], bool]
 ) -> tuple[int, int] | None:
-    """Rank (1-based) and count of the target's subset among those ``_promising`` orders by
-    the balanced bound (sizes passing ``keep``). The real ordering is used: with the cap one
-    below the count it sorts all of them and drops only the worst."""
+    """Rank (1-based) and count of the target's subset among those the balanced bound orders
+    (``screen.by_bound``, sizes passing ``keep``)."""
     space = subsets_mod.subset_space(ctx, case.cluster, case.opts, None)
     sels: list[Selection] = [s for s in space.selections if keep(space.sym.size(s))]
     match = [s for s in sels if set(space.devices(s)) == target]
     if not match or len(sels) < 2:
         return None
-    with patched({"PIPELINED_SUBSETS": len(sels) - 1}):
-        order = screen_mod._promising(ctx, space, sels, case.opts.objective)
-    rank = order.index(match[0]) + 1 if match[0] in order else len(sels)
-    return rank, len(sels)
+    order = screen_mod.by_bound(ctx, space, sels, case.opts.objective)
+    return order.index(match[0]) + 1, len(sels)
 
 
 def _funnel(ctx: Context, case: Case, target: Candidate) -> str:
     """Where ``target`` (the exhaustive best) left the heuristic's funnel, mirroring search."""
     obj: Objective = case.opts.objective
-    pool = screen_mod.screen(ctx, case.cluster, case.opts, Counter(), None)
-    refined = search_mod._shortlist(pool, obj, search_mod.REFINED_PER_FAMILY)
+    screened = screen_mod.screening(ctx, case.cluster, case.opts, Counter(), None)
+    pool = screened.pool
+    keep = search_mod.refined_per_family(screened.exact)
+    refined = search_mod._shortlist(pool, obj, keep)
     refined += [r for c in refined for r in refine(ctx, c)]
     chosen = search_mod._final_list(refined, obj)
     key, fam = plan_key(target.plan), family(target)
@@ -430,19 +425,22 @@ def diagnose(case: Case, heur: Ranked, ref: Ranked) -> dict[str, str]:
     target = ref.candidate
     out = {"case": case.key, "funnel": _funnel(ctx, case, target)}
     size = len(target.plan.devices)
+    devices = set(target.plan.devices)
     if target.plan.tp > 1:
-        ranked = _bound_rank(ctx, case, set(target.plan.devices), lambda n: n > 1)
-        cap = f"TP_SUBSETS={screen_mod.TP_SUBSETS}"
+        ranked = _bound_rank(ctx, case, devices, lambda n: n > 1)
+        cap = screen_mod.TP_SUBSETS
     elif target.family == "hybrid":
-        ranked = _bound_rank(ctx, case, set(target.plan.devices), lambda n: n > 3)
-        cap = f"PIPELINED_SUBSETS={screen_mod.PIPELINED_SUBSETS}"
+        ranked, cap = _bound_rank(ctx, case, devices, lambda n: n > 3), screen_mod.PIPELINED_SUBSETS
     elif target.family in ("gpipe", "1f1b", "pipedream"):
-        ranked = _bound_rank(ctx, case, set(target.plan.devices), lambda n: 1 < n <= 32)
-        cap = f"PIPELINED_SUBSETS={screen_mod.PIPELINED_SUBSETS}"
+        ranked = _bound_rank(ctx, case, devices, lambda n: 1 < n <= 32)
+        cap = screen_mod.PIPELINED_SUBSETS
     else:
-        ranked, cap = None, ""
+        ranked, cap = None, 0
     if ranked is not None:
-        out["bound rank"] = f"subset ({size} devices) {ranked[0]} of {ranked[1]} ({cap})"
+        out["bound rank"] = (
+            f"subset ({size} devices) {ranked[0]} of {ranked[1]} (the exact regime screens"
+            f" all; past it only the first {cap})"
+        )
     for name, r in (("exhaustive best", ref), ("heuristic best", heur)):
         est = obj.scores([r.candidate.estimate])[0]
         out[name] = (
@@ -554,6 +552,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="2 models x 3 clusters")
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results here")
+    parser.add_argument(
+        "--synchronous", action="store_true", help="no asynchronous family (plan's default)"
+    )
+    parser.add_argument("--no-sensitivity", action="store_true", help="skip the constants' rows")
     args = parser.parse_args()
     start = time.perf_counter()
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)\n")
@@ -563,7 +565,10 @@ def main() -> None:
     for name, c in clusters.items():
         sym = symmetry(c)
         print(f"| {name} | {len(c.devices)} | {orbit_count(sym)} | {node_level_count(sym)} |")
-    cases = make_cases(args.quick, clusters)
+    families = FAMILIES
+    if args.synchronous:
+        families = tuple(f for f in FAMILIES if f not in ASYNCHRONOUS_FAMILIES)
+    cases = make_cases(args.quick, clusters, families)
     refs = references(cases)
 
     main_rows = compare(cases, refs)
@@ -594,11 +599,8 @@ def main() -> None:
         print("none")
 
     print("\n## Sensitivity: one constant changed, heuristic rerun over the grid\n")
-    table = sensitivity(cases, refs)
+    table = [] if args.no_sensitivity else sensitivity(cases, refs)
     print_sensitivity(table)
-    print("\n## Combined changes (what the misses call for)\n")
-    combined = [measure(cases, refs, k, v) for k, v in COMBINED.items()]
-    print_sensitivity(combined)
     wall = time.perf_counter() - start
     print(f"\nload average after: {os.getloadavg()[0]:.2f}; wall {wall:.0f} s")
     if args.json is not None:
@@ -607,7 +609,6 @@ def main() -> None:
             "regimes": {k: [asdict(r) for _, r, _ in v] for k, v in regime_rows.items()},
             "diagnoses": diagnoses,
             "sensitivity": [asdict(t) for t in table],
-            "combined": [asdict(t) for t in combined],
             "wall_s": wall,
         }
         args.json.write_text(json.dumps(data, indent=2))

@@ -1,6 +1,6 @@
 """Planner speed on generated datacenter clusters (issue: plan for a datacenter in seconds).
 
-Run: .venv/bin/python benchmarks/bench_plan_scale.py [--quick]
+Run: .venv/bin/python benchmarks/bench_plan_scale.py [--quick | --exact]
 
 Clusters of four GPU types (A100-80GB, V100-32GB, RTX3090, T4) in 8-GPU nodes, equal node
 counts per type, on 100 GbE (``hetplan.cluster.generate``), of 64, 1,024 and 10,000 devices;
@@ -9,6 +9,10 @@ cache warm as a user's second run would have it). Each case runs ``hetplan plan`
 process: the table gives its wall time and peak resident memory (``os.wait4``), the search's
 own seconds (``--json``), and each as a ratio to the 64-device case of the same model in the
 same run (the machine is shared: ratios are steadier than absolute times).
+
+``--exact`` runs the same two models on the largest clusters of the exact regime instead (at
+most MAX_EXHAUSTIVE_SUBSETS subset orbits), where the screening prices every family on every
+subset (issue 27): the planner's worst case below the datacenter sizes.
 """
 
 from __future__ import annotations
@@ -22,13 +26,22 @@ import tempfile
 import time
 from pathlib import Path
 
+from hetplan.cluster import load_cluster
 from hetplan.cluster.config import write_cluster_config
 from hetplan.cluster.generate import generate_config
+from hetplan.plan.classes import orbit_count, symmetry
 
 TYPES = ("A100-80GB", "V100-32GB", "RTX3090", "T4")
 MODELS = ("gpt2", "gpt:layers=96,hidden=1024,heads=16,seq=512")
 SIZES = (64, 1024, 10_000)
+Env = dict[str, str]
 BATCH = 2048
+EXACT_CLUSTERS: dict[str, tuple[list[tuple[str, int]], int]] = {
+    # name: (device type and node count, devices per node); each at most 256 orbits
+    "exact-2type-16": ([("A100-80GB", 2), ("T4", 2)], 4),  # 225 orbits: two types, four nodes
+    "exact-1type-24": ([("A100-80GB", 3)], 8),  # 165 orbits: three 8-GPU nodes
+    "exact-1node-255": ([("A100-80GB", 1)], 255),  # 256 orbits: the most devices it allows
+}
 
 
 def cluster_file(devices: int, folder: Path) -> Path:
@@ -39,7 +52,14 @@ def cluster_file(devices: int, folder: Path) -> Path:
     return path
 
 
-def run_plan(model: str, cluster: Path, env: dict[str, str]) -> dict[str, float | str]:
+def exact_file(name: str, folder: Path) -> Path:
+    types, per_node = EXACT_CLUSTERS[name]
+    path = folder / f"{name}.yaml"
+    write_cluster_config(path, generate_config(types, per_node=per_node, name=name))
+    return path
+
+
+def run_plan(model: str, cluster: Path, env: Env) -> dict[str, float | str]:
     out = cluster.with_suffix(".plan.json")
     argv = [sys.executable, "-m", "hetplan", "plan", "--model", model, "--cluster", str(cluster)]
     argv += ["--batch", str(BATCH), "--analytical", "--out", str(out), "--json"]
@@ -65,15 +85,7 @@ def run_plan(model: str, cluster: Path, env: dict[str, str]) -> dict[str, float 
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="gpt2 only, 64 and 1,024 devices")
-    args = parser.parse_args()
-    sizes = SIZES[:2] if args.quick else SIZES
-    models = MODELS[:1] if args.quick else MODELS
-    folder = Path(tempfile.mkdtemp())
-    env = dict(os.environ, HETPLAN_PROFILE_DIR=str(folder / "profiles"))
-    print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores)\n")
+def datacenter(models: tuple[str, ...], sizes: tuple[int, ...], folder: Path, env: Env) -> None:
     print("| model | devices | wall s | search s | peak RSS GB | wall / 64 | search / 64 |"
           " screened | simulated | pick |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -90,6 +102,41 @@ def main() -> None:
                 f"{r['simulated']} | {r['best']} |",
                 flush=True,
             )
+
+
+def exact(models: tuple[str, ...], folder: Path, env: Env) -> None:
+    print("| model | cluster | devices | orbits | wall s | search s | peak RSS GB | screened |"
+          " simulated | pick |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for model in models:
+        run_plan(model, cluster_file(64, folder), env)  # warm the graph cache
+        for name in EXACT_CLUSTERS:
+            path = exact_file(name, folder)
+            cluster = load_cluster(path)
+            r = run_plan(model, path, env)
+            print(
+                f"| {model} | {name} | {len(cluster.devices)} | {orbit_count(symmetry(cluster))}"
+                f" | {r['wall_s']:.2f} | {r['search_s']:.2f} | {r['rss_gb']:.2f} |"
+                f" {r['screened']} | {r['simulated']} | {r['best']} |",
+                flush=True,
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="gpt2 only, 64 and 1,024 devices")
+    mode.add_argument("--exact", action="store_true", help="the largest exact-regime clusters")
+    args = parser.parse_args()
+    sizes = SIZES[:2] if args.quick else SIZES
+    models = MODELS[:1] if args.quick else MODELS
+    folder = Path(tempfile.mkdtemp())
+    env = dict(os.environ, HETPLAN_PROFILE_DIR=str(folder / "profiles"))
+    print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores)\n")
+    if args.exact:
+        exact(models, folder, env)
+    else:
+        datacenter(models, sizes, folder, env)
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 

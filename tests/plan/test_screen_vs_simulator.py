@@ -5,7 +5,9 @@ small zoo models on two shipped GPU clusters is predicted (``hetplan.predict``: 
 event-driven simulation); the ratio estimate / simulated iteration time must lie within its
 family's band below. Both price from the same formulas (per-layer costs, cuts, TP all-reduces,
 DDP buckets, optimizer step); a band wider than rounding is a difference of *schedule* the
-closed form leaves out, stated with it.
+closed form leaves out, stated with it. These clusters are in the exact regime, where the
+screening prices every subset (issue 27): the bands cover the small and lopsided pipelines
+(a T4 feeding a V100 over 10GbE, as many micro-batches as stages) it used to skip.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ ONE_F_ONE_B = (
     "1F1B's strict alternation of one forward and one backward per stage mixes the two bounds "
     "the closed form takes the larger of (the slowest device or link per micro-batch; the "
     "round trip of every run of stages, over the micro-batches it can hold): exact when one "
-    "dominates, 6-9% off when a slow link (10GbE between the nodes) sits inside the pipeline"
+    "dominates, 6-12% under when a slow link (10GbE between the nodes) sits inside the "
+    "pipeline (lowest: a T4 stage feeding a V100 stage); up to 18% over with as many "
+    "micro-batches as stages (vgg11 and resnet18, 4 stages with T4s, 4 micro-batches: "
+    "measured, the term not yet traced)"
 )
 TOLERANCE: dict[str, tuple[float, float, str]] = {
     "dp": (*EXACT, "same compute, DDP buckets and overlap, optimizer step"),
@@ -47,17 +52,19 @@ TOLERANCE: dict[str, tuple[float, float, str]] = {
     ),
     "gpipe": (*EXACT, "the closed form is GPipe's critical path: fill, two phases, drain"),
     "gpipe+tp": (*EXACT, "as gpipe"),
-    "1f1b": (0.92, 1.075, ONE_F_ONE_B),
+    "1f1b": (0.88, 1.19, ONE_F_ONE_B),
     "1f1b+tp": (
         0.999,
-        1.002,
-        "as 1f1b; gpt2's TP stages are on NVLink: one bound nearly dominates (0.05% off)",
+        1.005,
+        "as 1f1b; gpt2's TP stages are inside a node: one bound nearly dominates (0.05% off "
+        "on NVLink, 0.3% on the T4s' PCIe)",
     ),
     "pipedream": (
-        0.96,
+        0.955,
         1.0001,
         "the steady period is the larger of the same two bounds as 1f1b; PipeDream's endless "
-        "1F1B stream waits a little more where a slow link couples them",
+        "1F1B stream waits a little more where a slow link couples them (4% for gpt2 over "
+        "four T4s and a V100 across 10GbE)",
     ),
     "hybrid": (
         0.91,
@@ -69,10 +76,11 @@ TOLERANCE: dict[str, tuple[float, float, str]] = {
     "hybrid+tp": (0.9999, 1.01, "as hybrid; TP groups of one device type per replica"),
     "recompute": (
         0.98,
-        1.0001,
+        1.02,
         "the screening scales its estimate by RECOMPUTE_FACTOR (4/3: one more forward, about "
         "a third of forward + backward); the simulator re-runs each layer's forward and its "
-        "TP forward all-reduces, a little less for gpt2",
+        "TP forward all-reduces: for gpt2 a forward is less than a third of the layer's "
+        "work (up to 1.6% over, on T4 stages)",
     ),
 }
 """Per family (``+tp``: tensor-parallel stages; ``recompute``: any family recomputing its
