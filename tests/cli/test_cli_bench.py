@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from hetplan.cli.main import main
+from hetplan.predict.error_bars import load_history
 
 
 def test_bench_tiny_case_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -33,6 +34,13 @@ def test_bench_tiny_case_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
     assert (out / "scatter.png").is_file()
     assert list((tmp_path / "profiles").glob("*.json"))  # profiled once into the store
+    # each measured case added to the store's error history (issue 27, item 1)
+    history = load_history(tmp_path / "profiles")
+    assert [r.origin for r in history] == ["bench", "bench"]
+    cases = {c["strategy"]: c for c in data["cases"]}
+    assert [r.measured_s for r in history] == pytest.approx(
+        [cases["dp"]["measured_s"], cases["planner"]["measured_s"]]
+    )
 
 
 def test_bench_rejects_unknown_strategy(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from hetplan.cli.main import main
+from hetplan.predict.error_bars import load_history
+from hetplan.profile.store import profile_dir
 from hetplan.run.setup.checkpoint import find_checkpoint, read_info
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +37,7 @@ def test_tune_picks_the_measured_best_and_trains_exactly_the_steps(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     steps = 24
+    before = len(load_history(profile_dir()))
     data = _json(
         [
             "tune", "--model", f"{EXAMPLE}:model", "--cluster", str(CLUSTER),
@@ -57,6 +60,11 @@ def test_tune_picks_the_measured_best_and_trains_exactly_the_steps(
         assert t["energy_source"].startswith(("measured", "modelled"))
         assert t["measured_energy_j_per_iteration"] > 0
     assert json.loads((tmp_path / "tune.json").read_text())["chosen"] == data["chosen"]
+    # every trial and the final run added to the store's error history (issue 27, item 1)
+    added = load_history(profile_dir())[before:]
+    runs = [*measured, *([final["measured_iteration_s"]] if final else [])]
+    assert [r.origin for r in added] == ["tune"] * len(runs)
+    assert [r.measured_s for r in added] == pytest.approx(runs)
 
 
 def test_train_with_data_checkpoint_and_resume(

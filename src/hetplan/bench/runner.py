@@ -3,6 +3,7 @@ predict it with the measured compute model, and measure it for real with the run
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,11 +33,13 @@ from hetplan.graph.types import OP_CLASSES, ModelGraph
 from hetplan.planspec import ModelRef, Plan
 from hetplan.planspec.trace import COMPUTE_KINDS, Span
 from hetplan.predict import Prediction, predict
+from hetplan.predict.error_bars import append_record, record_of
 from hetplan.profile.calib_store import calibration_path, save_calibration
 from hetplan.profile.calibrate import calibrate
 from hetplan.profile.model import CPU_TYPE, ProfileRequest, profile_model, torch_device
 from hetplan.profile.select import compute_model
 from hetplan.profile.store import find_profile, save_profile
+from hetplan.profile.store import profile_dir as profile_store
 from hetplan.profile.timing import thread_scope
 from hetplan.run.launch.spawn import RunError
 from hetplan.run.measurement.measure import Measurement, with_predicted_memory
@@ -95,6 +98,9 @@ class Models:
 
     measured: ComputeModel
     analytical: ComputeModel
+    store: Path
+    """The profile store: each measured case's error is added to its history
+    (:mod:`hetplan.predict.error_bars`)."""
 
 
 def run_suite(
@@ -110,6 +116,7 @@ def run_suite(
         quick=False, steps=config.steps, warmup=config.warmup, cases=[],
         machine=machine_info("before"),
     )  # fmt: skip
+    store = profile_store(profile_dir)
     for model in config.models:
         ref = ModelRef(name=model.name, dataset=model.dataset)
         graph = build_graph(ref)
@@ -121,7 +128,7 @@ def run_suite(
         analytical = compute_model(graph.dtype, directory=profile_dir, measured=False)
         for name in config.clusters:
             cluster = load_cluster(cluster_path(name, config.cluster_dir))
-            models = Models(measured=compute, analytical=analytical)
+            models = Models(measured=compute, analytical=analytical, store=store)
             _run_cluster(result, config, model, ref, graph, cluster, models, say)
         for n in planner_sizes:
             result.planner_timings.append(_time_planner(model, ref, graph, n, compute))
@@ -215,6 +222,8 @@ def run_case(
     except RunError as err:
         result.notes.append(f"{model_key} on {cluster.name} {strategy}: run failed: {err}")
         return None
+    with contextlib.suppress(OSError):  # a read-only store: the suite's result stands
+        append_record(models.store, record_of(prediction, measured.measured_iteration_s, "bench"))
     simulated = [
         s for s in prediction.timeline.spans()
         if s.kind in COMPUTE_KINDS and s.iteration == 0 and s.device in plan.devices

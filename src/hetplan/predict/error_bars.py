@@ -70,7 +70,7 @@ class ErrorRecord:
     predicted_s: float
     measured_s: float
     origin: str = "train"
-    """``train`` or ``tune``."""
+    """``train``, ``tune`` or ``bench``: the command that measured it."""
     when: float = 0.0
     """Unix time of the record."""
 

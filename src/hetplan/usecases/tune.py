@@ -17,7 +17,8 @@ from hetplan.plan.options import SearchOptions
 from hetplan.plan.search import Ranked, Ranking
 from hetplan.plan.staleness import is_asynchronous
 from hetplan.planspec import Plan
-from hetplan.predict.error_bars import ties_under
+from hetplan.predict.error_bars import append_record, record_of, ties_under
+from hetplan.profile.store import profile_dir
 from hetplan.run.loop.trial import DEFAULT_REL_HALFWIDTH
 from hetplan.run.measurement.measure import save_measurement
 from hetplan.run.train import Training, check_training
@@ -126,12 +127,29 @@ def tune_plans(req: SearchRequest, opts: TuneOptions, feedback: Feedback = SILEN
         state = opts.checkpoint if opts.checkpoint is not None else Path(tmp) / "state"
         settings = dataclasses.replace(settings, log_dir=Path(tmp) / "steps")
         result = _run(cands, found.cluster, settings, state, feedback)
+        record_errors(result, found.ranking, req.profiles)
         if result.final is not None:
             save_measurement(result.final, opts.out.with_suffix(".final.json"))
         data = result_data(result, state, opts.out)
         write_json_atomic(opts.out, data)
     objective = found.options.objective.name
     return Tuned(result=result, objective=objective, state=state, data=data)
+
+
+def record_errors(result: TuneResult, ranking: Ranking, store: Path | None) -> None:
+    """Add each trial's and the final run's measured time against its prediction to the
+    store's error history (:mod:`hetplan.predict.error_bars`), as ``train`` does."""
+    predicted = {id(r.candidate.plan): r.prediction for r in ranking.ranked}
+    runs = [(t.candidate.plan, t.measurement) for t in result.trials]
+    if result.final is not None:
+        runs.append((result.trials[result.chosen].candidate.plan, result.final))
+    directory = profile_dir(store)
+    for plan, measured in runs:
+        pred = predicted.get(id(plan))
+        if pred is None or measured.steps == 0:
+            continue
+        with contextlib.suppress(OSError):  # a read-only store: the trials' results stand
+            append_record(directory, record_of(pred, measured.measured_iteration_s, "tune"))
 
 
 def _settings(opts: TuneOptions, search: SearchOptions) -> TuneSettings:
