@@ -265,6 +265,7 @@ def _layer_info(
         params=sum(p.numel() for p in params),
         param_bytes=sum(sizes),
         param_tensor_bytes=sizes,
+        param_tensor_rows=tuple(p.shape[0] if p.dim() else 1 for p in params),
         out_bytes=math.ceil(max(st.out_bytes, 0) / batch),
         saved_bytes=math.ceil(st.saved / batch),
         saved_input_bytes=math.ceil(st.saved_in / batch),

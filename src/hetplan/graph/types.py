@@ -65,6 +65,9 @@ class LayerInfo:
     """Bytes of those parameters in the model dtype."""
     param_tensor_bytes: tuple[int, ...] = ()
     """Byte size of each parameter tensor, in registration order (PS sharding, DDP buckets)."""
+    param_tensor_rows: tuple[int, ...] = ()
+    """Dim-0 size of each parameter tensor (1 for a scalar), in the same order: FSDP2 shards
+    on dim 0 (:mod:`hetplan.cost.sharded`); empty in graphs cached before it was recorded."""
     out_bytes: int
     """Bytes per sample of the layer's output activation."""
     saved_bytes: int

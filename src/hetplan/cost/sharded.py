@@ -1,0 +1,186 @@
+"""Sharded data parallelism (ZeRO, FSDP2): what each rank holds and moves per step.
+
+The groups are FSDP2's (``torch.distributed.fsdp.fully_shard``): one per wrapped module, here
+one per hetplan layer, each all-gathered before its forward and (unless it stays gathered)
+again before its backward, its gradients reduce-scattered after its backward. What a rank
+holds follows FSDP2's rule for an ``n``-rank shard group
+(``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``, ``FSDPParam._init_sharded_param``,
+torch 2.13): every parameter is cut on dim 0 into ``torch.chunk(n)`` pieces, rank ``r`` owning
+rows ``[r c, min((r+1) c, rows))`` with ``c = ceil(rows / n)``, and *every* rank stores a
+buffer padded to ``c`` rows, which is also what it contributes to the all-gather and receives
+from the reduce-scatter. Shards are therefore even whatever the ranks' memory: a plan on mixed
+devices gives each rank the same state bytes and a batch share by speed.
+
+ZeRO stages (Rajbhandari et al., SC'20) as FSDP2 runs them: 3 shards parameters, gradients
+and optimizer state (FSDP2's default: each group gathered again for its backward), 2 keeps the
+parameters gathered from forward to backward (``reshard_after_forward=False``: one all-gather
+per step, the whole model held meanwhile). Stage 1 (optimizer state only: torch's
+``ZeroRedundancyOptimizer`` over DDP, which partitions whole tensors and broadcasts them after
+the step) is not priced here.
+
+Pure functions of byte counts: no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from hetplan.graph.types import LayerInfo
+
+ZeroStage = Literal[2, 3]
+ZERO_STAGES: tuple[ZeroStage, ...] = (2, 3)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One parameter tensor: its bytes and its dim-0 size."""
+
+    nbytes: int
+    rows: int
+
+
+def chunk_rows(rows: int, n: int) -> int:
+    """``c = ceil(rows / n)``: the rows of ``torch.chunk``'s first piece, the padded shard."""
+    return -(-rows // n)
+
+
+def local_rows(rows: int, n: int, rank: int) -> int:
+    """Rows rank ``rank`` of ``n`` owns unpadded (0 where ``torch.chunk`` gives it none)."""
+    c = chunk_rows(rows, n)
+    return max(0, min(c, rows - rank * c))
+
+
+def padded_shard_bytes(t: Tensor, n: int) -> int:
+    """Bytes every rank stores of ``t`` (the padded shard: ``c`` rows of ``nbytes / rows``)."""
+    return chunk_rows(t.rows, n) * (t.nbytes // t.rows)
+
+
+def local_shard_bytes(t: Tensor, n: int, rank: int) -> int:
+    """Bytes of ``t`` rank ``rank`` owns unpadded: what its optimizer state is sized by."""
+    return local_rows(t.rows, n, rank) * (t.nbytes // t.rows)
+
+
+def layer_tensors(layer: LayerInfo) -> list[Tensor]:
+    """``layer``'s parameter tensors. A graph cached before the rows were recorded has none:
+    each tensor is then taken as one byte per row (sharded without padding), the smallest
+    the padding can be."""
+    sizes = layer.param_tensor_bytes or ((layer.param_bytes,) if layer.param_bytes > 0 else ())
+    rows = layer.param_tensor_rows
+    if len(rows) != len(sizes):  # unknown rows: shard by elements, no padding
+        return [Tensor(nbytes=b, rows=max(b, 1)) for b in sizes]
+    return [Tensor(nbytes=b, rows=r) for b, r in zip(sizes, rows, strict=True)]
+
+
+def group_shard_bytes(tensors: Sequence[Tensor], n: int) -> int:
+    """Bytes one rank stores of a group's parameters (padded shards, the same on every rank)."""
+    return sum(padded_shard_bytes(t, n) for t in tensors)
+
+
+def group_gathered_bytes(tensors: Sequence[Tensor], n: int) -> int:
+    """Bytes of a group's all-gather output (and reduce-scatter input): ``n`` padded shards."""
+    return n * group_shard_bytes(tensors, n)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupTraffic:
+    """One group's collectives in one step, as sizes of the whole (gathered) buffer."""
+
+    all_gathers: int
+    """All-gathers of the group's parameters: 1 (forward) or 2 (and backward)."""
+    gathered_bytes: int
+    """Output bytes of one all-gather (``n`` padded shards, in the parameter dtype)."""
+    reduce_scatter_bytes: int
+    """Input bytes of the reduce-scatter of its gradients (``n`` padded shards, in the
+    gradient dtype)."""
+
+
+def step_traffic(
+    groups: Sequence[Sequence[Tensor]],
+    n: int,
+    *,
+    stage: ZeroStage = 3,
+    grad_scale: float = 1.0,
+) -> list[GroupTraffic]:
+    """Per group, the collectives of one step on an ``n``-rank shard group: ZeRO-3 gathers
+    before forward and backward, ZeRO-2 before forward only; one reduce-scatter of the
+    gradients, ``grad_scale`` x the parameters' bytes (fp32 gradients of a bf16 graph: 2)."""
+    out = []
+    for tensors in groups:
+        gathered = group_gathered_bytes(tensors, n)
+        gathers = 2 if stage == 3 else 1
+        out.append(
+            GroupTraffic(
+                all_gathers=gathers if gathered else 0,
+                gathered_bytes=gathered,
+                reduce_scatter_bytes=round(gathered * grad_scale),
+            )
+        )
+    return out
+
+
+def sent_bytes_per_rank(traffic: Sequence[GroupTraffic], n: int) -> float:
+    """Bytes one rank sends in a step over a ring: ``(n - 1) / n`` of every collective's
+    whole buffer (Patarasuk & Yuan 2009: each of the ``n - 1`` steps sends one shard)."""
+    whole = sum(g.all_gathers * g.gathered_bytes + g.reduce_scatter_bytes for g in traffic)
+    return whole * (n - 1) / n if n > 1 else 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShardedMemory:
+    """Bytes one rank holds at its peak, by kind (activations are the caller's)."""
+
+    weights: float
+    """Its parameter shards (padded, as FSDP2 stores them)."""
+    grads: float
+    """Its gradient shards."""
+    optimizer: float
+    """Its optimizer state: the unpadded local rows' slots."""
+    gathered: float
+    """Parameters gathered at once, beside the shards: the two largest groups (one computing,
+    one prefetched: FSDP2 issues the next group's all-gather ahead) under ZeRO-3, every group
+    from forward to backward under ZeRO-2."""
+    unsharded_grads: float
+    """The largest group's whole gradients, between its backward and its reduce-scatter."""
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.gathered + self.unsharded_grads
+
+
+def rank_memory(
+    groups: Sequence[Sequence[Tensor]],
+    n: int,
+    rank: int,
+    *,
+    stage: ZeroStage = 3,
+    state_bytes_per_param_byte: float,
+    grad_scale: float = 1.0,
+) -> ShardedMemory:
+    """What rank ``rank`` of ``n`` holds of the model's state: ``state_bytes_per_param_byte``
+    is the optimizer state per byte of parameter (e.g. Adam's two fp32 slots on fp32
+    parameters: 2)."""
+    shard = [group_shard_bytes(g, n) for g in groups]
+    whole = [n * s for s in shard]
+    local = sum(local_shard_bytes(t, n, rank) for g in groups for t in g)
+    optimizer = local * state_bytes_per_param_byte
+    grads = sum(shard) * grad_scale
+    largest = max(whole, default=0) * grad_scale
+    gathered = sum(whole) if stage == 2 else sum(sorted(whole, reverse=True)[:2])
+    return ShardedMemory(
+        weights=sum(shard), grads=grads, optimizer=optimizer, gathered=gathered,
+        unsharded_grads=largest,
+    )  # fmt: skip
+
+
+def gather_padding(tensors: Sequence[Tensor], n: int) -> float:
+    """Fraction of a group's gathered bytes that is padding (``0`` when every tensor's rows
+    divide by ``n``)."""
+    total = group_gathered_bytes(tensors, n)
+    return 0.0 if total == 0 else 1.0 - sum(t.nbytes for t in tensors) / total
+
+
+def is_even(tensors: Sequence[Tensor], n: int) -> bool:
+    """Whether every rank owns the same rows of every tensor (no padding)."""
+    return all(t.rows % n == 0 for t in tensors)
