@@ -214,6 +214,48 @@ def test_recompute_reruns_forward_in_backward() -> None:
     assert redo.iteration_time_s - base.iteration_time_s == pytest.approx(extra)
 
 
+@pytest.mark.parametrize(("strategy", "every_f", "last_f"), [("gpipe", 3, 2), ("1f1b", 3, 1)])
+def test_recompute_except_last_skips_one_forward_per_stage(
+    strategy: str, every_f: int, last_f: int
+) -> None:
+    """torchgpipe's ``except_last``: each stage's last micro-batch is not recomputed. By hand,
+    2 stages, 2 micro-batches of 4, f = 4 ms forward, b = 8 ms backward (b + f recomputed),
+    free cuts; the iteration beyond the optimizer step:
+
+    - GPipe: stage 1 runs F0 F1 from f and its B0 from 3f; stage 0's B0 follows it, then its
+      B1. Without recomputation 3f + 3b; every micro-batch recomputed 3f + 3(b + f) =
+      6f + 3b; except the last, stage 0's B1 is b: 3f + 2(b + f) + b = 5f + 3b.
+    - 1F1B (stage 0: F0 F1 B0 B1, stage 1: F0 B0 F1 B1): the path is F0 on both stages,
+      stage 1's B0, F1 and B1, then stage 0's B1: 3f + 3b without recomputation,
+      2f + 3(b + f) + f = 6f + 3b with every micro-batch, and except the last both B1 are b:
+      2f + (b + f) + f + 2b = 4f + 3b.
+    """
+    g = graph(2)
+    c = cluster(2)
+    stages = [(["l0"], ["n0.0"]), (["l1"], ["n0.1"])]
+    f = FWD_PER_SAMPLE * 4
+
+    def time(**kw: object) -> float:
+        plan = _plan(strategy, [stages], [8], micro_batches=2, **kw)
+        return predict(plan, g, c, FixedCompute()).iteration_time_s
+
+    base = time()
+    assert time(recompute=True) - base == pytest.approx(every_f * f)
+    assert time(recompute=True, recompute_mode="except_last") - base == pytest.approx(last_f * f)
+
+
+def test_recompute_mode_shows_in_the_prediction() -> None:
+    g = graph(2)
+    c = cluster(2)
+    stages = [(["l0"], ["n0.0"]), (["l1"], ["n0.1"])]
+    plain = predict(_plan("gpipe", [stages], [8], micro_batches=2), g, c, FixedCompute())
+    redo = {"recompute": True, "recompute_mode": "except_last"}
+    last = predict(_plan("gpipe", [stages], [8], micro_batches=2, **redo), g, c, FixedCompute())
+    assert plain.recompute == "off"
+    assert last.recompute == "except each iteration's last micro-batch (torchgpipe's default)"
+    assert json.loads(json.dumps(last.to_json()))["recompute"] == last.recompute
+
+
 def test_partition_sets_the_number_of_stages() -> None:
     g = graph(6)
     c = cluster(4)

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hetplan.cluster import load_cluster
 from hetplan.graph import build_graph
-from hetplan.planspec import ModelRef
+from hetplan.graph.types import ModelGraph
+from hetplan.planspec import ModelRef, Plan
 from hetplan.predict import plan_from_options
 from hetplan.predict.check import stage_ranges
-from hetplan.predict.plan_memory import plan_memory
+from hetplan.predict.plan_memory import DeviceMemory, plan_memory
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 BATCH, M = 32, 8
@@ -58,3 +61,72 @@ def test_recompute_peak_does_not_hang_on_layer_granularity() -> None:
         mem = plan_memory(plan, graph, cluster, ranges, [BATCH // M], [0.0])
         peaks.append(mem[cluster.devices[0].id].breakdown.activations)
     assert abs(peaks[0] - peaks[1]) <= 0.10 * max(peaks), peaks
+
+
+Memory = tuple[ModelGraph, Plan, list[list[tuple[int, int]]], dict[str, DeviceMemory]]
+
+
+def _memory(strategy: str, mode: str | None, m: int = M) -> Memory:
+    graph = build_graph("resnet18", dataset="cifar10")
+    cluster = load_cluster(CLUSTERS / "homogeneous-4gpu.yaml")
+    ref = ModelRef(name="resnet18", dataset="cifar10")
+    plan = plan_from_options(
+        graph, cluster, model=ref, strategy=strategy, batch=BATCH, pp=2, micro_batches=m,
+        recompute=mode is not None, recompute_mode=mode or "all",
+    )  # fmt: skip
+    ranges = stage_ranges(plan, graph)
+    mem = plan_memory(plan, graph, cluster, ranges, [BATCH // m], [0.0, 0.0])
+    return graph, plan, ranges, mem
+
+
+# (stage inputs held, micro-batches held whole, of them not checkpointed) per stage, counted on
+# each order by hand (2 stages, M = 8 micro-batches, the peak is at a backward):
+HAND = {
+    # GPipe: F0..F7 then B0..B7; at B0 all 8 are in flight. Every micro-batch checkpointed:
+    # 8 inputs + micro-batch 0 recomputed whole. Except the last: micro-batch 7 is held whole
+    # (with its received input) beside micro-batch 0 recomputed, 7 inputs.
+    ("gpipe", "all"): [(M, 1, 0), (M, 1, 0)],
+    ("gpipe", "except_last"): [(M - 1, 2, 1), (M - 1, 2, 1)],
+    # 1F1B: stage 0 runs F0 F1 B0 F2 B1 ... F7 B6 B7, two in flight; at B6, micro-batch 7 is
+    # held whole beside 6 recomputed. Stage 1 runs F0 B0 F1 B1 ...: its peak is any
+    # recomputed backward before the last (one input, one whole), except_last or not.
+    ("1f1b", "all"): [(2, 1, 0), (1, 1, 0)],
+    ("1f1b", "except_last"): [(1, 2, 1), (1, 1, 0)],
+}
+
+
+@pytest.mark.parametrize(("strategy", "mode"), sorted(HAND))
+def test_recompute_modes_by_hand(strategy: str, mode: str) -> None:
+    graph, plan, ranges, mem = _memory(strategy, mode)
+    micro = BATCH // M
+    for s, stage in enumerate(plan.pipelines[0].stages):
+        lo, hi = ranges[0][s]
+        layers = graph.layers[lo : hi + 1]
+        stage_in = graph.input_bytes if lo == 0 else graph.cut_bytes[lo - 1]
+        received = float(graph.cut_bytes[lo - 1]) if lo > 0 else 0.0
+        extra = max(received - layers[0].saved_input_bytes, 0.0)
+        saved = sum(x.saved_bytes for x in layers)
+        inputs, whole, unchecked = HAND[(strategy, mode)][s]
+        got = mem[stage.devices[0]].breakdown
+        expected = stage_in * micro * inputs + saved * micro * whole
+        assert abs(got.activations - expected) <= 1e-6 * expected, (s, got.activations, expected)
+        assert got.stage_inputs == pytest.approx(extra * micro * unchecked), s
+
+
+@pytest.mark.parametrize("strategy", ["gpipe", "1f1b", "pipedream"])
+def test_except_last_never_lowers_the_peak(strategy: str) -> None:
+    """Why the planner proposes ``all``: under hetplan's orders the last micro-batch is held
+    whole while another is recomputed (or, on a stage whose backwards follow their
+    forwards, the peak is an earlier micro-batch's recompute either way)."""
+    every = _memory(strategy, "all")[3]
+    last = _memory(strategy, "except_last")[3]
+    for dev, m in every.items():
+        assert last[dev].breakdown.total >= m.breakdown.total, dev
+    assert any(last[d].breakdown.total > m.breakdown.total for d, m in every.items())
+
+
+def test_except_last_of_one_micro_batch_checkpoints_nothing() -> None:
+    plain = _memory("gpipe", None, m=1)[3]
+    last = _memory("gpipe", "except_last", m=1)[3]
+    for dev, m in plain.items():
+        assert last[dev].breakdown.total == pytest.approx(m.breakdown.total), dev

@@ -124,7 +124,7 @@ def plan_key(case: CaseResult) -> str:
     a case without its plan is only the same as itself."""
     if not case.plan:
         return f"case-{id(case)}"
-    fields = ("strategy", "micro_batches", "pipelines", "optimizer", "recompute")
+    fields = ("strategy", "micro_batches", "pipelines", "optimizer", "recompute", "recompute_mode")
     return json.dumps({k: case.plan.get(k) for k in fields}, sort_keys=True, default=str)
 
 

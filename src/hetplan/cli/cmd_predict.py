@@ -70,6 +70,14 @@ def predict_cmd(
     recompute: Annotated[
         bool, typer.Option("--recompute", help="Activation recomputation.")
     ] = False,
+    recompute_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--recompute-mode",
+            help="Which micro-batches recompute: all (default) or except_last (torchgpipe's "
+            "default: not each iteration's last); implies --recompute.",
+        ),
+    ] = None,
     grid: Annotated[bool, typer.Option("--grid", help="Print the schedule grid.")] = False,
     profiles: Annotated[Path | None, typer.Option(help="Profile store directory.")] = None,
     analytical: Annotated[
@@ -110,6 +118,7 @@ def predict_cmd(
                 "--ps-devices": ps_devices is not None,
                 "--ps-async": ps_async,
                 "--recompute": recompute,
+                "--recompute-mode": recompute_mode is not None,
             }
         )
     _check_outputs(out, html, batch)
@@ -120,7 +129,9 @@ def predict_cmd(
             strategy=strategy, batch=batch, dp=dp, pp=pp, tp=tp, micro_batches=microbatches,
             micro_batch_size=microbatch_size, partition=_ints(partition, "--partition"),
             devices=_names(devices), optimizer=optimizer, sync=sync, staleness=staleness,
-            ps_devices=_names(ps_devices), ps_async=ps_async, recompute=recompute,
+            ps_devices=_names(ps_devices), ps_async=ps_async,
+            recompute=recompute or recompute_mode is not None,
+            recompute_mode=recompute_mode or "all",
         )  # fmt: skip
     req = PredictRequest(
         cluster=cluster, model=model, plan_file=plan_file, build=build, dataset=dataset,

@@ -40,6 +40,12 @@ TERM_NAMES = {
 """The memory terms (``cost.memory.MemoryBreakdown``) as a user reads them; others as named."""
 
 
+def _print_recompute(pred: Prediction) -> None:
+    """Which micro-batches the plan recomputes, when it does."""
+    if pred.recompute != "off":
+        console.print(f"recompute: {pred.recompute}", markup=False)
+
+
 def print_prediction(pred: Prediction) -> None:
     """The figures of one prediction, then one row per device."""
     ok = "[green]feasible[/]" if pred.feasible else "[red]feasible: false[/]"
@@ -57,6 +63,7 @@ def print_prediction(pred: Prediction) -> None:
             f"  {iv.coverage:.0%} interval of the iteration: {iv.text()} ({iv.basis})",
             markup=False,
         )
+    _print_recompute(pred)
     if pred.epoch_time_s is not None:
         iters = plural(pred.iterations_per_epoch or 0, "iteration")
         energy = pred.energy_j_per_epoch or 0.0

@@ -21,6 +21,7 @@ from hetplan.cost.tp import tp_output_share, tp_share
 from hetplan.cost.types import ComputeModel
 from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.planspec.dtypes import DTYPE_BYTES, FP32_BYTES, is_mixed_precision
+from hetplan.planspec.order import RecomputeHeld
 from hetplan.units import MiB
 
 Floats = NDArray[np.float64]
@@ -62,7 +63,8 @@ MIXED_GRAD_BYTES = FP32_BYTES  # bytes per parameter (fp32 gradients under autoc
 # autocast per micro-batch forward (run/execute/executor.py), so each forward casts anew and its
 # autograd graph keeps its own copy until its backward (checked on torch 2.13: three
 # forwards of an nn.Linear in three autocast regions save three bf16 weights, in one region
-# one). With recomputation the forward saves nothing: one copy, during the recomputed one.
+# one). With recomputation the forward saves nothing: one copy, during the recomputed one
+# (and one per micro-batch not checkpointed, ``except_last``: ``RecomputeHeld.whole``).
 AUTOCAST_CAST_BYTES = 2  # bytes per parameter of a layer with matmul/conv FLOPs
 # Autocast runs the loss's log-softmax in fp32 (``log_softmax``, ``nll_loss`` and
 # ``cross_entropy`` are on autocast's float32 list: torch.amp docs, "CUDA Ops that can autocast
@@ -330,16 +332,30 @@ def model_input_saved(first: LayerInfo, input_bytes: float) -> float:
 
 
 def stage_input_kept(
-    saved_in: float, stage_in: float, *, micro_batch: int, in_flight: int, recompute: bool
+    saved_in: float,
+    stage_in: float,
+    *,
+    micro_batch: int,
+    in_flight: int,
+    recompute: bool,
+    held: RecomputeHeld | None = None,
 ) -> float:
     """Bytes of a stage's input that its activations count (as :func:`stage_memory` counts
     them), with ``saved_in`` bytes per sample of it saved by its first layer and
     ``stage_in`` bytes per sample in all: ``saved_in`` per in-flight micro-batch, or with
-    ``recompute`` ``stage_in`` per in-flight micro-batch plus the recomputed one's
-    ``saved_in``."""
+    ``recompute`` ``stage_in`` per micro-batch held as its input plus ``saved_in`` per one
+    held whole (``held``; default every micro-batch checkpointed: all in flight as inputs,
+    the recomputed one whole)."""
     if not recompute:
         return saved_in * micro_batch * in_flight
-    return (stage_in * in_flight + saved_in * min(in_flight, 1)) * micro_batch
+    h = held if held is not None else all_recomputed(in_flight)
+    return (stage_in * h.inputs + saved_in * h.whole) * micro_batch
+
+
+def all_recomputed(in_flight: int) -> RecomputeHeld:
+    """A stage's peak when every micro-batch is checkpointed: ``in_flight`` held as their
+    inputs, one (the one recomputed in its backward) whole."""
+    return RecomputeHeld(inputs=in_flight, whole=min(in_flight, 1), unchecked=0)
 
 
 def batches_held(*, continuous: bool, in_flight: int, micro_batches: int) -> int:
@@ -372,6 +388,7 @@ def stage_memory(
     optimizer: str,
     dtype: str = "fp32",
     recompute: bool = False,
+    held: RecomputeHeld | None = None,
     stashed_versions: int = 0,
     tp: int = 1,
     bucket_bytes: float = 0,
@@ -397,7 +414,10 @@ def stage_memory(
       bytes (the one being recomputed in its backward); in the graph dtype (low precision
       under autocast, see docs/cost-models.md). Not the first layer's whole saved bytes: a
       ResNet stem saves ~8 MB per sample against a 0.6 MB input, and the verdict would hang
-      on how finely the model is cut into layers (issue 26),
+      on how finely the model is cut into layers (issue 26). ``held`` says how many
+      micro-batches are held as inputs and how many whole at the peak (default every one
+      checkpointed, :func:`all_recomputed`; ``except_last`` keeps each iteration's last one
+      whole, ``RecomputeHeld.unchecked``, with its received input as in ``stage_inputs``),
     - stashed_weights = stashed_versions * weights (PipeDream weight stashing, fp32 masters),
     - comm_buffers = ``bucket_bytes`` (DDP's flat gradient bucket copies),
     - framework = ``framework_bytes``,
@@ -405,7 +425,8 @@ def stage_memory(
       ``saved_input_bytes``, 0) * micro_batch * in_flight: the values received across the cut
       (``received_bytes`` per sample, the graph's cut bytes) are held until each micro-batch's
       backward sends their gradients back; the part the stage's first layer saves anyway is
-      already in the activations. Not with ``recompute`` (the stage input is counted there),
+      already in the activations. With ``recompute`` only for the micro-batches not
+      checkpointed (the others' stage inputs are counted in the activations),
     - backward_workspace: :func:`backward_workspace` over the stage's layers,
     - autocast_loss (mixed precision, the stage with the model's last layer):
       :func:`autocast_loss_bytes` per sample of each in-flight micro-batch (the loss is
@@ -427,8 +448,9 @@ def stage_memory(
     if micro_batch < 0 or in_flight < 0:
         raise ValueError(f"micro_batch ({micro_batch}) and in_flight ({in_flight}) must be >= 0")
     per = layer_bytes(layers, optimizer=optimizer, dtype=dtype, tp=tp)
-    kept = 1 if recompute else in_flight  # micro-batches whose activations are held whole
-    copies = min(in_flight, 1) if recompute else in_flight
+    h = (held if held is not None else all_recomputed(in_flight)) if recompute else None
+    kept = h.whole if h is not None else in_flight  # micro-batches held whole
+    copies = h.whole if h is not None else in_flight
     sums = per.parts(
         micro_batch=micro_batch,
         kept=kept,
@@ -445,12 +467,12 @@ def stage_memory(
     if not optimizer_state:
         parts["optimizer"] = 0.0
     kept_in = 0.0
-    if recompute and layers:
-        stage_in = layers[0].saved_input_bytes if input_bytes is None else input_bytes
-        parts["activations"] += stage_in * micro_batch * in_flight
-    elif layers:
+    if layers:
         extra = max(received_bytes - layers[0].saved_input_bytes, 0.0)
-        kept_in = extra * micro_batch * in_flight
+        kept_in = extra * micro_batch * (h.unchecked if h is not None else in_flight)
+    if h is not None and layers:
+        stage_in = layers[0].saved_input_bytes if input_bytes is None else input_bytes
+        parts["activations"] += stage_in * micro_batch * h.inputs
     parts |= {
         "framework": float(framework_bytes),
         "stage_inputs": float(kept_in),

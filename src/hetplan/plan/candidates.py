@@ -32,7 +32,7 @@ from hetplan.plan.replicas import DpEstimate, dp_estimate, expand, exposed_sync
 from hetplan.plan.slots import partition_costs, partition_for, stage_costs
 from hetplan.plan.tp import SEP, members
 from hetplan.planspec.batch import micro_batch_size, split_batch
-from hetplan.planspec.plan import PipelinePlan, Plan, StagePlan
+from hetplan.planspec.plan import PipelinePlan, Plan, RecomputeMode, StagePlan
 from hetplan.planspec.strategies import Strategy, spec_of
 from hetplan.units import plural
 
@@ -46,6 +46,15 @@ MAX_MICROBATCHES = 128
 RECOMPUTE_FACTOR = 4.0 / 3.0
 """Recomputation redoes the forward (~1/3 of forward + backward): Chen et al. 2016, "Training
 Deep Nets with Sublinear Memory Cost"; a screening factor, the simulator prices it exactly."""
+RECOMPUTE_MODE: RecomputeMode = "all"
+"""The mode the planner proposes when a plan needs recomputation to fit: every micro-batch.
+torchgpipe's ``except_last`` saves one forward per stage and iteration but never lowers a
+stage's peak under hetplan's orders (GPipe's backwards start at micro-batch 0, so the last
+one is held whole beside the recomputed one; so on every 1F1B/PipeDream stage with warm-up
+forwards; a stage whose backward follows each forward peaks at an earlier micro-batch's
+recompute either way): docs/cost-models.md section 6."""
+RECOMPUTE_LABEL = ", recompute all"
+"""How a candidate's label says it recomputes (the plan table's plan column)."""
 MAX_PIPELINE_STAGES = 32
 """Deepest single pipeline tried; deeper plans are hybrids of shorter pipelines."""
 
@@ -236,11 +245,12 @@ def pipeline_at(
         [PipelinePlan(stages=_stages(ctx, part, order), batch=ctx.batch)],
         micro_batches=m,
         recompute=recompute,
+        recompute_mode=RECOMPUTE_MODE,
     )
     return Candidate(
         family=strategy,
         label=f"{strategy} {_shape_label(part.num_stages, m)}"
-        + (", recompute" if recompute else ""),
+        + (RECOMPUTE_LABEL if recompute else ""),
         build=lambda: plan,
         estimate=ctx.metrics(time_s, busy),
         slots=slots,
@@ -287,11 +297,12 @@ def equal_pipeline(ctx: Context, devices: Sequence[str]) -> Candidate:
         [PipelinePlan(stages=stages, batch=ctx.batch)],
         micro_batches=m,
         recompute=not fits,
+        recompute_mode=RECOMPUTE_MODE,
     )
     return Candidate(
         family="gpipe",
         label=f"gpipe {plural(n, 'stage')} equal layers, {_micro(m)}"
-        + ("" if fits else ", recompute"),
+        + ("" if fits else RECOMPUTE_LABEL),
         build=lambda: plan,
         estimate=ctx.metrics(time_s, busy),
         baseline="equal-pipeline",

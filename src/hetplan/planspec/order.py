@@ -10,6 +10,7 @@ Training on GPU Clusters", Sec. 2.2.1). The schedule generators emit them
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 Order = Literal["gpipe", "1f1b"]
@@ -39,3 +40,50 @@ def in_flight(order: Order, stage: int, num_stages: int, n: int) -> int:
         held += 1 if kind == "F" else -1
         peak = max(peak, held)
     return peak
+
+
+@dataclass(frozen=True)
+class RecomputeHeld:
+    """What a recomputing stage holds at its peak, in micro-batches."""
+
+    inputs: int
+    """Checkpointed micro-batches held as their stage input (the one being recomputed too)."""
+    whole: int
+    """Micro-batches whose saved activations are held whole: the one recomputed in its
+    backward, and those not checkpointed (``except_last``)."""
+    unchecked: int
+    """Of ``whole``, the micro-batches not checkpointed: they also keep their received input."""
+
+
+def recompute_held(
+    order: Order, stage: int, num_stages: int, n: int, m: int, *, except_last: bool
+) -> RecomputeHeld:
+    """The peak of a stage that checkpoints its forward, over ``n`` micro-batches in ``order``
+    with ``m`` per iteration: at each backward, the micro-batches in flight are held as their
+    inputs (checkpointed) or whole (not checkpointed: with ``except_last`` each iteration's
+    last, ``j % m == m - 1``), plus the whole activations of the one recomputed now. The peak
+    is the backward with the most held whole, then the most inputs (a micro-batch's saved
+    activations are more than its input).
+
+    Every micro-batch checkpointed: ``n`` in flight as inputs, one whole. Except the last:
+    GPipe (``B0`` follows ``F(m-1)``) and every 1F1B stage with warm-up forwards hold the
+    last micro-batch whole beside the recomputed one; a stage whose backwards follow their
+    forwards (1F1B's last, DP) peaks at an earlier micro-batch's recomputed backward, as
+    with every micro-batch checkpointed."""
+    if m < 1:
+        raise ValueError(f"micro_batches ({m}) must be >= 1")
+    held: set[int] = set()
+    best = RecomputeHeld(inputs=0, whole=0, unchecked=0)
+    for kind, j in stage_order(order, stage, num_stages, n):
+        if kind == "F":
+            held.add(j)
+            continue
+        unchecked = sum(1 for k in held if except_last and k % m == m - 1)
+        redo = 0 if except_last and j % m == m - 1 else 1
+        now = RecomputeHeld(
+            inputs=len(held) - unchecked, whole=unchecked + redo, unchecked=unchecked
+        )
+        if (now.whole, now.inputs) > (best.whole, best.inputs):
+            best = now
+        held.discard(j)
+    return best

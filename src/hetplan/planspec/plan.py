@@ -16,6 +16,13 @@ from hetplan.planspec.strategies import Strategy, spec_of
 Optimizer = Literal["sgd", "momentum", "adam"]
 Sync = Literal["bsp", "wsp"]
 PsAssignment = Literal["round_robin", "size"]
+RecomputeMode = Literal["all", "except_last"]
+RECOMPUTE_MODES: tuple[RecomputeMode, ...] = ("all", "except_last")
+RECOMPUTE_TEXT: dict[RecomputeMode, str] = {
+    "all": "every micro-batch",
+    "except_last": "except each iteration's last micro-batch (torchgpipe's default)",
+}
+"""How ``predict``, the plan page and the plan table name a recompute mode."""
 
 MAX_BATCH = 2**31 - 1
 """Largest global batch, samples per iteration: far above any real one; below it the batch
@@ -71,6 +78,12 @@ class Plan:
     optimizer: Optimizer = "sgd"
     recompute: bool = False
     """Activation recomputation: keep only stage inputs, recompute the rest in backward."""
+    recompute_mode: RecomputeMode = "all"
+    """With ``recompute``, which micro-batches are checkpointed: ``all`` (every one; plans
+    without the field), or ``except_last`` (torchgpipe's ``checkpoint='except_last'``: not
+    each iteration's last micro-batch, one recomputed forward less per stage and iteration;
+    under hetplan's orders it is held whole beside the others' inputs, docs/cost-models.md
+    section 6)."""
     sync: Sync = "bsp"
     """Hybrid only: synchronise replicas every iteration (bsp) or every wave (HetPipe's WSP)."""
     staleness: int = 0
@@ -101,6 +114,11 @@ class Plan:
     def num_stages(self) -> int:
         return len(self.pipelines[0].stages)
 
+    @property
+    def recompute_text(self) -> str:
+        """Which micro-batches are recomputed, in words ("off" without recomputation)."""
+        return RECOMPUTE_TEXT[self.recompute_mode] if self.recompute else "off"
+
 
 def _check_plan(plan: Plan) -> None:
     """Structural checks that need no model or cluster (torchtitan-style, numbers in messages)."""
@@ -117,6 +135,7 @@ def _check_plan(plan: Plan) -> None:
             f"micro_batches ({plan.micro_batches}) and tp ({plan.tp}) must be >= 1, "
             f"staleness ({plan.staleness}) >= 0"
         )
+    _check_recompute(plan)
     total = sum(p.batch for p in plan.pipelines)
     if total != plan.global_batch:
         raise ValueError(
@@ -145,6 +164,19 @@ def _check_plan(plan: Plan) -> None:
             )
     if spec.hosts_parameters and not plan.ps_devices:
         raise ValueError(f"strategy {plan.strategy}: ps_devices must name at least one device")
+
+
+def _check_recompute(plan: Plan) -> None:
+    if plan.recompute_mode not in RECOMPUTE_MODES:
+        raise ValueError(
+            f"recompute_mode: expected one of {', '.join(RECOMPUTE_MODES)} "
+            f"(got {plan.recompute_mode!r})"
+        )
+    if plan.recompute_mode != "all" and not plan.recompute:
+        raise ValueError(
+            f"recompute_mode: {plan.recompute_mode!r} needs recompute: true "
+            "(without recomputation no micro-batch is checkpointed)"
+        )
 
 
 def _check_pipeline(plan: Plan, i: int, pipe: PipelinePlan) -> None:

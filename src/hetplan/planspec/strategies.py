@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
-from hetplan.planspec.order import Order, in_flight
+from hetplan.planspec.order import Order, RecomputeHeld, in_flight, recompute_held
 
 if TYPE_CHECKING:
     from hetplan.planspec.plan import Plan
@@ -98,6 +98,16 @@ class StrategySpec:
         """Micro-batches whose activations ``stage`` holds at its peak, from the order."""
         n = micro_batches + num_stages if self.continuous else micro_batches
         return in_flight(self.order, stage, num_stages, n)
+
+    def recompute_held(
+        self, stage: int, num_stages: int, micro_batches: int, *, except_last: bool
+    ) -> RecomputeHeld:
+        """What ``stage`` holds at its peak when it checkpoints its forward (every
+        micro-batch, or all but each iteration's last): :func:`recompute_held`."""
+        n = micro_batches + num_stages if self.continuous else micro_batches
+        return recompute_held(
+            self.order, stage, num_stages, n, micro_batches, except_last=except_last
+        )
 
     def stashed_versions(self, stage: int, num_stages: int) -> int:
         """Extra weight versions ``stage`` stashes: one per micro-batch in flight beyond the

@@ -217,6 +217,7 @@ def plan_from_options(
     ps_devices: Sequence[str] | None = None,
     ps_async: bool = False,
     recompute: bool = False,
+    recompute_mode: str = "all",
     bucket_mb: float = 25.0,
 ) -> Plan:
     """A :class:`Plan` from the common options; InputError names the offending option."""
@@ -260,6 +261,7 @@ def plan_from_options(
         "tp": tp,
         "optimizer": optimizer,
         "recompute": recompute,
+        "recompute_mode": recompute_mode,
         "sync": sync,
         "staleness": staleness,
         "ps_devices": list(ps_devices)

@@ -60,10 +60,13 @@ def plan_memory(
             lo, hi = ranges[p][s]
             layers = graph.layers[lo : hi + 1]
             n = spec.in_flight(s, num, plan.micro_batches)
+            held = spec.recompute_held(
+                s, num, plan.micro_batches, except_last=plan.recompute_mode == "except_last"
+            )
             input_bytes = float(graph.cut_bytes[lo - 1] if lo > 0 else graph.input_bytes)
             kept = stage_input_kept(
                 model_input_saved(layers[0], graph.input_bytes), graph.input_bytes,
-                micro_batch=micro_batch[p], in_flight=n, recompute=plan.recompute,
+                micro_batch=micro_batch[p], in_flight=n, recompute=plan.recompute, held=held,
             )  # fmt: skip
             batch = _held_batch(plan, graph, s, pipe.batch, n, kept)
             for dev_id in stage.devices:
@@ -75,6 +78,7 @@ def plan_memory(
                     optimizer=plan.optimizer,
                     dtype=graph.dtype,
                     recompute=plan.recompute,
+                    held=held,
                     stashed_versions=spec.stashed_versions(s, num),
                     tp=plan.tp,
                     bucket_bytes=bucket_bytes[s] if sync else 0.0,

@@ -85,6 +85,8 @@ class Prediction:
     layer_sources: dict[str, dict[str, str]] = field(default_factory=dict)
     """Device type -> layer -> what priced it (a profile, a learned fit, a calibration or the
     catalog: ``cost_source``'s labels, layer by layer)."""
+    recompute: str = "off"
+    """Which micro-batches the plan recomputes, in words (``Plan.recompute_text``)."""
     interval: Interval | None = None
     """Where the measured iteration time should fall (:mod:`hetplan.predict.error_bars`); set
     by the flows that know the profile store, None from :func:`predict` itself."""
@@ -176,6 +178,7 @@ def predict(
         feasible=not reasons,
         infeasible_reasons=reasons,
         strategy=plan.strategy,
+        recompute=plan.recompute_text,
         iteration_time_s=t_iter,
         samples_per_s=timeline.samples_per_s,
         global_batch=plan.global_batch,

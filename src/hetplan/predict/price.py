@@ -17,6 +17,9 @@ Conventions (see docs/models.md):
   once (the slowest pair counts);
 - gradient buckets (several replicas only): DDP's buckets over the stage's parameter tensors;
   the last micro-batch's backward is split at their ready points;
+- recomputation re-runs each layer's forward in its backward, for every micro-batch
+  (``recompute_mode`` ``all``) or all but each iteration's last (``except_last``: that one's
+  backward, ``StageWork.parts``, is priced without it);
 - mixed precision (model dtype bf16/fp16: autocast over fp32 master weights): gradients, DDP
   buckets and PS pushes and pulls are fp32 (``cost.memory.tp_grad_tensor_bytes``: twice the
   graph's 2 B/param ``param_tensor_bytes``); activations crossing a cut and TP forward
@@ -27,6 +30,7 @@ Conventions (see docs/models.md):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import comm
@@ -151,6 +155,8 @@ def price(
     spec = spec_of(plan)
     sync = spec.syncs_replicas(plan)
     num = plan.num_stages
+    keep_last = plan.recompute and plan.recompute_mode == "except_last"
+    kept = replace(plan, recompute=False, recompute_mode="all") if keep_last else plan
     stage_buckets: list[list[comm.GradBucket]] = []
     for lo, hi in ranges[0]:
         tensors = tp_grad_tensor_bytes(graph.layers[lo : hi + 1], graph.dtype, plan.tp)
@@ -177,9 +183,14 @@ def price(
             fwd, bwd, opt, src = _stage_compute(
                 plan, graph, cluster, compute, devs, ranges[p][s], mb
             )
+            last = bwd
+            if keep_last:  # the last micro-batch's backward: not recomputed (except_last)
+                last = _stage_compute(kept, graph, cluster, compute, devs, ranges[p][s], mb)[1]
             opt += tie_sync_s(graph, cluster, ranges[p], stage_devices, s, plan.tp)
             sources |= src
-            parts, _ = split_backward(bwd, stage_buckets[s]) if sync else ((), [])
+            parts, _ = split_backward(last, stage_buckets[s]) if sync else ((), [])
+            if keep_last and not sync:
+                parts = (float(sum(last)),)
             if sync and not any(is_gpu(d.type) for d in devs):
                 parts = cpu_collective_steal(parts, [b.duration_s for b in buckets[s]])
             stages.append(

@@ -212,6 +212,7 @@ def summary(prediction: Prediction) -> list[tuple[str, str]]:
         ("feasible", "yes" if p.feasible else "no"),
         ("global batch", f"{p.global_batch} samples"),
         ("micro-batch sizes", ", ".join(str(m) for m in p.micro_batch_sizes) or "-"),
+        ("recompute", p.recompute),
         ("bubble fraction", f"{100 * p.bubble_fraction:.1f} %"),
         ("exposed communication", fmt_seconds(p.exposed_comm_s) + " per device"),
         ("devices", str(len(p.devices))),

@@ -27,8 +27,10 @@ class StageWork:
     """Backward time of one micro-batch."""
     bwd_parts: tuple[float, ...] = ()
     """The backward of the last micro-batch of an iteration split at gradient-bucket boundaries,
-    in execution order (sums to ``bwd_s``); empty = one piece. Bucket ``k`` of the stage's
-    :class:`SyncBucket` list is ready when part ``SyncBucket.part`` ends."""
+    in execution order (sums to ``bwd_s``, less the recomputed forward when that micro-batch
+    is not checkpointed: ``recompute_mode`` ``except_last``); empty = one piece of
+    ``bwd_s``. Bucket ``k`` of the stage's :class:`SyncBucket` list is ready when part
+    ``SyncBucket.part`` ends."""
     opt_s: float = 0.0
     """Optimizer step time (once per iteration)."""
     on_cores: bool = False

@@ -44,6 +44,8 @@ class PlanOptions:
     ps_devices: list[str] | None = None
     ps_async: bool = False
     recompute: bool = False
+    recompute_mode: str = "all"
+    """With ``recompute``: all or except_last (checked as the plan is built)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,7 +138,7 @@ def _built(
         micro_batches=b.micro_batches, micro_batch_size=b.micro_batch_size,
         partition=b.partition, devices=b.devices, optimizer=b.optimizer, compute=compute,
         sync=b.sync, staleness=b.staleness, ps_devices=b.ps_devices, ps_async=b.ps_async,
-        recompute=b.recompute,
+        recompute=b.recompute, recompute_mode=b.recompute_mode,
     )  # fmt: skip
 
 

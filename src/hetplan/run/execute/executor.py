@@ -123,6 +123,7 @@ class Executor:
         ties: TieSync | None = None,
         scaler: LossScaler | None = None,
         recompute: bool = False,
+        recompute_last: bool = True,
         sharded_logits: bool = False,
     ) -> None:
         self.module = module
@@ -138,6 +139,9 @@ class Executor:
         self.ties = ties
         self.scaler = scaler or LossScaler(False)
         self.recompute = recompute
+        self.recompute_last = recompute_last
+        """With ``recompute``: also each iteration's last micro-batch (``recompute_mode``
+        ``all``); False: not that one (``except_last``, torchgpipe's default)."""
         self.sharded_logits = sharded_logits
         """The last stage's logits are split over its tensor-parallel group."""
         self.clock = StepClock(device)
@@ -309,14 +313,21 @@ class Executor:
 
     def _call(self, j: int, args: tuple[Any, ...]) -> Any:
         """The stage program on micro-batch ``j``'s inputs (recomputed in backward if asked)."""
-        del j  # the window executor picks the weight version by micro-batch
-        if self.recompute and torch.is_grad_enabled():
+        if self._checkpoints(j):
             return checkpoint(self.module, *args, use_reentrant=False)
         return self.module(*args)
 
     def _is_final(self, j: int) -> bool:
         """Whether micro-batch ``j`` is its iteration's last (gradients complete after it)."""
         return j == self.m - 1
+
+    def _checkpoints(self, j: int) -> bool:
+        """Whether micro-batch ``j``'s forward is checkpointed (``torch.utils.checkpoint``,
+        non-reentrant: keeps its inputs, recomputes the stage in its backward): with
+        recomputation, every one, or all but each iteration's last (``except_last``)."""
+        if not self.recompute or not torch.is_grad_enabled():
+            return False
+        return self.recompute_last or not self._is_final(j)
 
     def _after_backward(self, j: int) -> None:
         """Hook after micro-batch ``j``'s autograd call (the window executor collects its

@@ -193,7 +193,7 @@ class WindowExecutor(Executor):
         def run(*a: Any) -> Any:
             return functional_call(self.module, weights, a)
 
-        if self.recompute and torch.is_grad_enabled():
+        if self._checkpoints(j):  # the window numbers micro-batches across iterations
             return checkpoint(run, *args, use_reentrant=False)
         return run(*args)
 

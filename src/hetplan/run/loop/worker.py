@@ -140,6 +140,7 @@ def _train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
         "ties": setup.ties,
         "scaler": scaler,
         "recompute": plan.recompute,
+        "recompute_last": plan.recompute_mode == "all",
         "sharded_logits": setup.sharded_logits,
     }
     build = _Build(plan, job, ctx, role, setup, groups, feed, hosts, common)
