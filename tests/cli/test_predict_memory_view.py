@@ -76,3 +76,24 @@ def test_predict_json_names_the_source_of_every_layer(
     (kind,) = data["layer_sources"]  # the local cluster's one device type
     assert list(data["layer_sources"][kind]) == names  # every layer, in the model's order
     assert set(data["layer_sources"][kind].values()) == {data["cost_source"]}
+
+
+def test_margin_line_names_the_fullest_device_with_its_margin() -> None:
+    from dataclasses import replace
+
+    from hetplan.cli.predict_view import margin_lines
+
+    # b.0: 0.5 GB allowance + 1.3 x 3 GB = 4.4 GB of 16 GB; a.0: 0.5 + 1.3 x 11 = 14.8 GB
+    b = replace(_device("b.0", {"activations": 3e9, "framework": 5e8}), memory_margin=1.3)
+    a = replace(
+        _device("a.0", {"activations": 11e9, "framework": 5e8}),
+        memory_margin=1.3,
+        memory_verdict="fits",
+    )
+    c = replace(_device("c.0", {"weights": 1e9}), type="cpu", memory_margin=2.0)
+    assert margin_lines([b, a, c]) == [
+        "feasibility margin (measured error of predicted peaks, allocator fragmentation; "
+        "docs/cost-models.md section 6): x1.30 on T4, x2.00 on cpu on the terms other than the "
+        "framework allowance; fullest with it: a.0 needs 14.80 GB of 16.00 GB (fits)"
+    ]
+    assert margin_lines([]) == []

@@ -85,9 +85,13 @@ def _search(model: str, cluster: Cluster, objective: str, *, exhaustive: bool = 
 
 
 def _optimum(reference: Ranking, objective: str) -> Ranked:
-    """The best of every simulated feasible candidate under ``objective``."""
-    scores = parse_objective(objective).scores([r.metrics for r in reference.ranked])
-    return reference.ranked[min(range(len(scores)), key=scores.__getitem__)]
+    """The best of every simulated feasible candidate under ``objective``: of those that fit
+    with the feasibility margin when there are any (the search ranks a plan that may not fit
+    after every plan that fits, docs/planning.md)."""
+    fit = [r for r in reference.ranked if r.prediction.memory_verdict == "fits"]
+    pool = fit or reference.ranked
+    scores = parse_objective(objective).scores([r.metrics for r in pool])
+    return pool[min(range(len(scores)), key=scores.__getitem__)]
 
 
 def _describe(r: Ranked) -> str:

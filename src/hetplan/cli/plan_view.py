@@ -45,13 +45,19 @@ MAX_TUNE_TOP = 5
 """Device ids listed before ``... (+N more)``."""
 
 
+def _row_order(r: Ranked) -> tuple[bool, bool, float]:
+    """Plans within the limits first; among them, as ranked: those that fit with the
+    feasibility margin, then those that may not fit; by score."""
+    return bool(r.outside_limits), r.prediction.memory_verdict != "fits", r.score
+
+
 def table_rows(ranking: Ranking, top: int) -> list[Ranked]:
     """The best plan of each family and the baselines, best first, at most ``top``."""
     rows: list[Ranked] = []
     seen: set[str] = set()
     extra = [b for b in ranking.baselines.values() if b not in ranking.ranked]
     # A baseline outside the limits is shown for comparison, after every plan that can win.
-    for r in sorted([*ranking.ranked, *extra], key=lambda r: (bool(r.outside_limits), r.score)):
+    for r in sorted([*ranking.ranked, *extra], key=_row_order):
         if r.candidate.baseline is not None:
             rows.append(r)
         elif r.candidate.family not in seen:
@@ -123,7 +129,8 @@ def _mem_free(r: Ranked) -> str:
     devs = r.prediction.devices
     if not devs:
         return "-"
-    return fmt_percent(min(1.0 - d.memory_bytes / d.memory_capacity_bytes for d in devs))
+    tight = " ?" if r.prediction.memory_verdict != "fits" else ""
+    return fmt_percent(min(1.0 - d.memory_bytes / d.memory_capacity_bytes for d in devs)) + tight
 
 
 def _price_column(rows: Sequence[TableRow]) -> str | None:
@@ -194,7 +201,8 @@ COLUMNS = (
     Column(
         "mem free",
         _mem_free,
-        "mem free: smallest fraction of memory left free on any device of the plan",
+        "mem free: smallest fraction of memory left free on any device of the plan (?: may "
+        "not fit with the feasibility margin, docs/cost-models.md section 6)",
     ),
     Column(
         "power W",

@@ -38,6 +38,9 @@ TERM_NAMES = {
     "framework": "framework allowance",
 }
 """The memory terms (``cost.memory.MemoryBreakdown``) as a user reads them; others as named."""
+VERDICT_MARKS = {"does not fit": " !", "may not fit": " ?"}
+"""The device table's mark after a memory that does not fit, or fits only without the
+feasibility margin (``cost.memory_margin``)."""
 
 
 def _print_recompute(pred: Prediction) -> None:
@@ -49,9 +52,13 @@ def _print_recompute(pred: Prediction) -> None:
 def print_prediction(pred: Prediction) -> None:
     """The figures of one prediction, then one row per device."""
     ok = "[green]feasible[/]" if pred.feasible else "[red]feasible: false[/]"
+    if pred.feasible and pred.memory_warnings:
+        ok = "[yellow]feasible, but may not fit[/]"
     console.print(f"{pred.strategy}: {ok}   cost source: {pred.cost_source}")
     for reason in pred.infeasible_reasons:
         console.print(f"  [red]does not fit[/] {reason}")
+    for warning in pred.memory_warnings:
+        console.print(f"  [yellow]may not fit[/] {warning}")
     console.print(
         f"iteration {fmt_duration(pred.iteration_time_s)}   throughput "
         f"{pred.samples_per_s:.1f} samples/s   batch {pred.global_batch} "
@@ -94,7 +101,7 @@ def print_prediction(pred: Prediction) -> None:
     rows = [head]
     shown = pred.devices[:MAX_DEVICE_ROWS]
     for d in shown:
-        over = " !" if d.memory_bytes > d.memory_capacity_bytes else ""
+        over = VERDICT_MARKS.get(d.memory_verdict, "")
         rows.append(
             (
                 d.id,
@@ -110,7 +117,9 @@ def print_prediction(pred: Prediction) -> None:
             )
         )
     widths = [max(len(r[k]) for r in rows) for k in range(len(head))]
-    console.print(f"per device, per iteration (! = does not fit; memory in {BYTES_NOTE}):")
+    console.print(
+        f"per device, per iteration (! = does not fit, ? = may not fit; memory in {BYTES_NOTE}):"
+    )
     for r in rows:
         cells = [
             c.ljust(w) if k < 3 else c.rjust(w)
@@ -128,6 +137,8 @@ def print_prediction(pred: Prediction) -> None:
     for line in source_lines(pred.layer_sources):
         console.print(line, markup=False)
     for line in memory_lines(pred.devices):
+        console.print(line, markup=False)
+    for line in margin_lines(pred.devices):
         console.print(line, markup=False)
     for note in pred.notes:
         console.print(f"note: {note}")
@@ -173,6 +184,31 @@ def memory_lines(devices: list[DevicePrediction]) -> list[str]:
     if len(ordered) > MAX_MEMORY_LINES:
         lines.append(f"  ... {plural(len(ordered) - MAX_MEMORY_LINES, 'more breakdown')} (--json)")
     return lines
+
+
+def margin_lines(devices: list[DevicePrediction]) -> list[str]:
+    """The feasibility margin of each device kind, and the device fullest with it: what the
+    device must have (its framework allowance plus the margin times its other terms) against
+    its capacity (``cost.memory_margin``)."""
+    if not devices:
+        return []
+    from hetplan.cost.memory_margin import with_margin  # noqa: PLC0415 (hetplan.cost: numpy)
+
+    def needed(d: DevicePrediction) -> float:
+        fw = d.memory.get("framework", 0.0)
+        return with_margin(d.memory_bytes, fw, d.memory_margin)
+
+    worst = max(devices, key=lambda d: needed(d) / d.memory_capacity_bytes)
+    margins = ", ".join(
+        f"x{m:.2f} on {', '.join(sorted({d.type for d in devices if d.memory_margin == m}))}"
+        for m in sorted({d.memory_margin for d in devices})
+    )
+    return [
+        f"feasibility margin (measured error of predicted peaks, allocator fragmentation; "
+        f"docs/cost-models.md section 6): {margins} on the terms other than the framework "
+        f"allowance; fullest with it: {worst.id} needs {fmt_bytes(needed(worst))} of "
+        f"{fmt_bytes(worst.memory_capacity_bytes)} ({worst.memory_verdict})"
+    ]
 
 
 def edp_iteration(pred: Prediction) -> float:

@@ -83,7 +83,8 @@ class Ranking:
 
     objective: Objective
     ranked: list[Ranked]
-    """Feasible candidates within the limits, best first."""
+    """Feasible candidates within the limits, best first: those that fit with the feasibility
+    margin by score, then those that may not fit (``Prediction.memory_warnings``) by score."""
     baselines: dict[str, Ranked]
     rejected: Counter[str] = field(default_factory=Counter)
     pareto: list[Ranked] = field(default_factory=list)
@@ -146,8 +147,34 @@ def search(
     ranking.baseline_failures = failures
     ranking.time_limited = budget.cut
     ranking.reasons = reasons(ranking, cluster)
-    ranking.notes = untraced_notes(graph)
+    ranking.notes = untraced_notes(graph) + margin_notes(ranking.ranked)
     return ranking
+
+
+def margin_notes(ranked: Sequence[Ranked]) -> list[str]:
+    """What the feasibility margin did to the ranking (``cost.memory_margin``): plans that may
+    not fit are ranked after those that fit; say so when one of them scored better than the
+    pick, and when no plan fits with the margin."""
+    tight = [r for r in ranked if r.prediction.memory_verdict != "fits"]
+    if not tight:
+        return []
+    if len(tight) == len(ranked):
+        first = tight[0].prediction.memory_warnings[0]
+        return [
+            f"no plan fits with the feasibility margin; the pick may run out of memory: {first}"
+        ]
+    notes = [
+        f"{len(tight)} of {len(ranked)} ranked plans may not fit (feasibility margin, "
+        "docs/cost-models.md section 6): ranked after the plans that fit"
+    ]
+    best = min(tight, key=lambda r: r.score)
+    if best.score < ranked[0].score:
+        notes.append(
+            f"a {best.candidate.family} plan scores better than the pick "
+            f"({best.prediction.iteration_time_s:.4g} s per iteration) but may not fit: "
+            f"{best.prediction.memory_warnings[0]}"
+        )
+    return notes
 
 
 def make_context(
@@ -331,7 +358,7 @@ def rank(
         Ranked(candidate=c, prediction=p, metrics=m, score=s, outside_limits=broken)
         for (c, p, m, broken), s in zip(kept, scores, strict=True)
     ]
-    ranked_all.sort(key=lambda r: r.score)
+    ranked_all.sort(key=lambda r: (r.prediction.memory_verdict != "fits", r.score))
     base = {r.candidate.baseline: r for r in ranked_all if r.candidate.baseline is not None}
     # Baselines are always predicted for comparison, but only requested families can win.
     within = [

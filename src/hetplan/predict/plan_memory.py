@@ -18,6 +18,7 @@ from hetplan.cost.memory import (
     stage_input_kept,
     stage_memory,
 )
+from hetplan.cost.memory_margin import Verdict, memory_margin, memory_verdict, with_margin
 from hetplan.cost.ties import stage_tied_params
 from hetplan.graph.types import ModelGraph
 from hetplan.planspec.plan import Plan
@@ -33,10 +34,25 @@ class DeviceMemory:
     ps_shard_bytes: float
     """What hosting a PS shard adds (``cost.memory.ps_shard_scale``; 0 if none)."""
     capacity_bytes: float
+    margin: float = 1.0
+    """The device kind's feasibility margin (``cost.memory_margin.memory_margin``)."""
 
     @property
     def total_bytes(self) -> float:
         return self.breakdown.total + self.ps_shard_bytes
+
+    @property
+    def with_margin_bytes(self) -> float:
+        """What the device must have for the plan to fit with the margin
+        (``cost.memory_margin.with_margin``)."""
+        return with_margin(self.total_bytes, self.breakdown.framework, self.margin)
+
+    @property
+    def verdict(self) -> Verdict:
+        """``fits``, ``may not fit`` or ``does not fit`` (``cost.memory_margin``)."""
+        return memory_verdict(
+            self.total_bytes, self.breakdown.framework, self.capacity_bytes, self.margin
+        )
 
 
 def plan_memory(
@@ -94,6 +110,7 @@ def plan_memory(
                     breakdown=mem,
                     ps_shard_bytes=shards.get(dev_id, 0.0),
                     capacity_bytes=dev.type.memory_bytes,
+                    margin=memory_margin(is_gpu(dev.type)),
                 )
     for dev_id, shard in shards.items():
         if dev_id not in out:
@@ -132,7 +149,12 @@ def _server_only(cluster: Cluster, dev_id: str, shard: float, flat: float) -> De
         framework=fw,
         total=fw + flat,
     )
-    return DeviceMemory(breakdown=zero, ps_shard_bytes=shard, capacity_bytes=dev.type.memory_bytes)
+    return DeviceMemory(
+        breakdown=zero,
+        ps_shard_bytes=shard,
+        capacity_bytes=dev.type.memory_bytes,
+        margin=memory_margin(is_gpu(dev.type)),
+    )
 
 
 def _ps_shards(plan: Plan, graph: ModelGraph) -> dict[str, float]:
@@ -154,17 +176,33 @@ def _ps_shards(plan: Plan, graph: ModelGraph) -> dict[str, float]:
 
 
 def infeasible_reasons(memory: dict[str, DeviceMemory]) -> list[str]:
-    """One line per device that does not fit: device, bytes needed, bytes available."""
+    """One line per device that does not fit even without the feasibility margin: device,
+    bytes needed, bytes available."""
     reasons = []
     for dev, m in memory.items():
-        if m.total_bytes > m.capacity_bytes:
+        if m.verdict == "does not fit":
             b = m.breakdown
             reasons.append(
                 f"{dev}: out of memory: needs {fmt_bytes(m.total_bytes)} "
-                f"({m.total_bytes:.0f} B), has "
+                f"({m.total_bytes:.0f} B; {fmt_bytes(m.with_margin_bytes)} with its "
+                f"x{m.margin:.2f} feasibility margin), has "
                 f"{fmt_bytes(m.capacity_bytes)} ({m.capacity_bytes:.0f} B): weights "
                 f"{fmt_bytes(b.weights)}, grads {fmt_bytes(b.grads)}, optimizer "
                 f"{fmt_bytes(b.optimizer)}, activations {fmt_bytes(b.activations)}"
                 + (f", autocast weight copies {fmt_bytes(b.cast_cache)}" if b.cast_cache else "")
             )
     return reasons
+
+
+def memory_warnings(memory: dict[str, DeviceMemory]) -> list[str]:
+    """One line per device that fits its capacity but not with the feasibility margin (the
+    measured error of predicted peaks, and on a GPU the allocator's fragmentation: a run may
+    go out of memory)."""
+    return [
+        f"{dev}: may not fit: needs {fmt_bytes(m.total_bytes)} ({m.total_bytes:.0f} B), "
+        f"{fmt_bytes(m.with_margin_bytes)} with its x{m.margin:.2f} feasibility margin "
+        f"(docs/cost-models.md section 6), has {fmt_bytes(m.capacity_bytes)} "
+        f"({m.capacity_bytes:.0f} B)"
+        for dev, m in memory.items()
+        if m.verdict == "may not fit"
+    ]

@@ -24,7 +24,7 @@ from hetplan.graph.types import ModelGraph
 from hetplan.planspec.plan import Plan
 from hetplan.predict.check import check_devices, stage_ranges
 from hetplan.predict.error_bars import Interval
-from hetplan.predict.plan_memory import infeasible_reasons, plan_memory
+from hetplan.predict.plan_memory import infeasible_reasons, memory_warnings, plan_memory
 from hetplan.predict.price import price
 from hetplan.predict.sharing import SHARING_ROUNDS, core_groups, shared_speeds, with_speeds
 from hetplan.schedule.builder import paused_gc
@@ -50,6 +50,12 @@ class DevicePrediction:
     compute_s: float
     exposed_comm_s: float
     bubble_s: float
+    memory_verdict: str = "fits"
+    """``fits``, ``may not fit`` (within the feasibility margin) or ``does not fit``
+    (:mod:`hetplan.cost.memory_margin`)."""
+    memory_margin: float = 1.0
+    """The device kind's feasibility margin: the factor on the predicted terms less the
+    framework allowance."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +96,16 @@ class Prediction:
     interval: Interval | None = None
     """Where the measured iteration time should fall (:mod:`hetplan.predict.error_bars`); set
     by the flows that know the profile store, None from :func:`predict` itself."""
+    memory_warnings: list[str] = field(default_factory=list)
+    """Devices that fit their capacity but not with the feasibility margin (``may not fit``):
+    the plan is offered, flagged, and ranked after the plans that fit."""
+
+    @property
+    def memory_verdict(self) -> str:
+        """The plan's worst device verdict: ``fits``, ``may not fit`` or ``does not fit``."""
+        if not self.feasible:
+            return "does not fit"
+        return "may not fit" if self.memory_warnings else "fits"
 
     def to_json(self, *, timeline: bool = False) -> dict[str, Any]:
         """Plain data (JSON-compatible); ``timeline`` adds every simulated op."""
@@ -99,6 +115,8 @@ class Prediction:
         out["infeasible_reasons"] = list(self.infeasible_reasons)
         out["micro_batch_sizes"] = list(self.micro_batch_sizes)
         out["notes"] = list(self.notes)
+        out["memory_warnings"] = list(self.memory_warnings)
+        out["memory_verdict"] = self.memory_verdict
         out["interval"] = asdict(self.interval) if self.interval is not None else None
         if timeline:
             out["timeline"] = [
@@ -163,6 +181,8 @@ def predict(
                 compute_s=split.compute_s,
                 exposed_comm_s=split.exposed_comm_s,
                 bubble_s=split.bubble_s,
+                memory_verdict=mem.verdict,
+                memory_margin=mem.margin,
             )
         )
     power = sum(d.power_w for d in devices)
@@ -177,6 +197,7 @@ def predict(
     return Prediction(
         feasible=not reasons,
         infeasible_reasons=reasons,
+        memory_warnings=memory_warnings(memory),
         strategy=plan.strategy,
         recompute=plan.recompute_text,
         iteration_time_s=t_iter,
