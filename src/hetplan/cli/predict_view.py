@@ -58,7 +58,7 @@ def print_prediction(pred: Prediction) -> None:
     for reason in pred.infeasible_reasons:
         console.print(f"  [red]does not fit[/] {reason}")
     for warning in pred.memory_warnings:
-        console.print(f"  [yellow]may not fit[/] {warning}")
+        console.print(f"  [yellow]{warning}[/]")
     console.print(
         f"iteration {fmt_duration(pred.iteration_time_s)}   throughput "
         f"{pred.samples_per_s:.1f} samples/s   batch {pred.global_batch} "
