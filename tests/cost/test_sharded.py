@@ -14,6 +14,7 @@ import torch
 
 from hetplan.cost.sharded import (
     Tensor,
+    gathered_pass,
     group_gathered_bytes,
     group_shard_bytes,
     layer_tensors,
@@ -142,3 +143,16 @@ def test_against_torch_fsdp2_on_three_gloo_ranks(tmp_path: Path) -> None:
         assert got["shards"] == [group_shard_bytes(L1, 3), group_shard_bytes(L2, 3)]
         mem = rank_memory([L1, L2], 3, rank, stage=3, state_bytes_per_param_byte=2.0)
         assert got["state"] == mem.optimizer
+
+
+def test_gathered_pass_by_hand() -> None:
+    # compute 2, 2, 2; gathers 1, 1, 1: only the first gather shows.
+    assert gathered_pass([2, 2, 2], [1, 1, 1]) == 7
+    # gathers 3 each outlast compute 1: comm bound, 3 + 3 + 3 then the last compute.
+    assert gathered_pass([1, 1, 1], [3, 3, 3]) == 10
+    # backward with scatters: AG0=1 | C0 1-3, AG1 1-2 | C1 3-5, RS0 3-4 | C2 5-7? AG2 issued
+    # at 3 after RS0 -> 4-5 | C2 5-7, RS1 5-6, RS2 7-8.
+    assert gathered_pass([2, 2, 2], [1, 1, 1], [1, 1, 1]) == 8
+    # serial on CPU cores: the sum.
+    assert gathered_pass([2, 2, 2], [1, 1, 1], [1, 1, 1], overlap=False) == 12
+    assert gathered_pass([], []) == 0.0

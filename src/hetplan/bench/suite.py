@@ -125,7 +125,7 @@ def cluster_path(name: str, directory: Path | None) -> Path:
 def strategies(ranks: int, tensor_parallel: bool = False) -> list[str]:
     """Fixed strategies run on a cluster of ``ranks`` (plus the planner's pick);
     ``tensor_parallel``: the model has layers tensor parallelism splits."""
-    out = ["dp", "ps", "ps-async", *PIPELINES, "pipedream"]
+    out = ["dp", "fsdp", "ps", "ps-async", *PIPELINES, "pipedream"]
     if ranks >= HYBRID_MIN_RANKS:
         out += ["hybrid", "wsp"]
     if tensor_parallel and ranks >= TP_MIN_RANKS:

@@ -46,7 +46,9 @@ def predict_cmd(
     cluster: Annotated[Path, typer.Option("--cluster", help="Cluster file (YAML or JSON).")],
     model: Annotated[str | None, typer.Option("--model", help="Zoo name or file.py:fn.")] = None,
     plan_file: Annotated[Path | None, typer.Option("--plan", help="Plan file (JSON).")] = None,
-    strategy: Annotated[str | None, typer.Option(help="dp|ps|gpipe|1f1b|pipedream|hybrid")] = None,
+    strategy: Annotated[
+        str | None, typer.Option(help="dp|ps|gpipe|1f1b|pipedream|hybrid|fsdp")
+    ] = None,
     dp: Annotated[int | None, typer.Option(help="Data-parallel replicas (pipelines).")] = None,
     pp: Annotated[int | None, typer.Option(help="Pipeline stages.")] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree of every stage.")] = 1,

@@ -34,6 +34,7 @@ TERM_NAMES = {
     "cast_cache": "autocast weight copies",
     "stashed_weights": "stashed weights",
     "comm_buffers": "gradient buckets",
+    "gathered": "gathered layers (fsdp)",
     "ps_shard": "parameter-server shard",
     "framework": "framework allowance",
 }

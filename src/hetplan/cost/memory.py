@@ -109,6 +109,9 @@ class MemoryBreakdown:
     input_batch: float = 0.0
     """A stage that reads data (the first and the last): the input batches it holds beyond
     the micro-batch inputs its activations already count (:func:`input_batch_bytes`)."""
+    gathered: float = 0.0
+    """Sharded data parallelism: layers' weights gathered at once beside the shards
+    (:mod:`hetplan.cost.sharded`)."""
 
 
 # While autograd differentiates a layer, the gradient of its output and the gradient of its

@@ -184,3 +184,37 @@ def gather_padding(tensors: Sequence[Tensor], n: int) -> float:
 def is_even(tensors: Sequence[Tensor], n: int) -> bool:
     """Whether every rank owns the same rows of every tensor (no padding)."""
     return all(t.rows % n == 0 for t in tensors)
+
+
+def gathered_pass(
+    compute_s: Sequence[float],
+    gather_s: Sequence[float],
+    scatter_s: Sequence[float] = (),
+    *,
+    overlap: bool = True,
+) -> float:
+    """Seconds of one forward or backward pass over the groups in the order given.
+
+    Group ``k`` computes once its all-gather is in; one communication stream runs the
+    collectives in the order they are issued: group ``k + 1``'s all-gather when group ``k``
+    starts computing (FSDP2 runs one all-gather ahead: implicitly in forward, where the host
+    issues ahead of the device, and by its backward prefetch), group ``k``'s reduce-scatter
+    when its compute ends. The pass ends with the last compute or collective. Without
+    ``overlap`` (CPU ranks: gloo's copies run on the cores that compute) everything is
+    serial: the sum."""
+    if not overlap:
+        return float(sum(compute_s) + sum(gather_s) + sum(scatter_s))
+    n = len(compute_s)
+    if n == 0:
+        return 0.0
+    gathered = [0.0] * n
+    comm = gathered[0] = gather_s[0]
+    clock = 0.0
+    for k in range(n):
+        start = max(clock, gathered[k])
+        if k + 1 < n:
+            comm = gathered[k + 1] = max(comm, start) + gather_s[k + 1]
+        clock = start + compute_s[k]
+        if scatter_s:
+            comm = max(comm, clock) + scatter_s[k]
+    return max(clock, comm)

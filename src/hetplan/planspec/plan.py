@@ -24,6 +24,9 @@ RECOMPUTE_TEXT: dict[RecomputeMode, str] = {
 }
 """How ``predict``, the plan page and the plan table name a recompute mode."""
 
+ZERO_STAGES = (2, 3)
+"""ZeRO stages a ``fsdp`` plan may name (``hetplan.cost.sharded``)."""
+
 MAX_BATCH = 2**31 - 1
 """Largest global batch, samples per iteration: far above any real one; below it the batch
 splits (float64 shares, exact to 2^53) always sum to the batch."""
@@ -96,6 +99,10 @@ class Plan:
     """Asynchronous parameter server (workers do not wait for each other)."""
     bucket_mb: float = 25.0
     """Gradient bucket cap in MB (DistributedDataParallel's bucket_cap_mb)."""
+    zero: int = 3
+    """fsdp only: ZeRO stage as FSDP2 runs it: 3 gathers each layer again for its backward
+    (``reshard_after_forward=True``, the default), 2 keeps it gathered from forward to
+    backward (one all-gather per micro-batch, every layer held meanwhile)."""
     cluster: str | None = None
     """Name of the cluster the plan was made for (informative)."""
     cluster_digest: str | None = None
@@ -167,6 +174,8 @@ def _check_plan(plan: Plan) -> None:
 
 
 def _check_recompute(plan: Plan) -> None:
+    if plan.zero not in ZERO_STAGES:  # with recompute: the per-plan training options
+        raise ValueError(f"zero: expected one of 2, 3 (got {plan.zero!r})")
     if plan.recompute_mode not in RECOMPUTE_MODES:
         raise ValueError(
             f"recompute_mode: expected one of {', '.join(RECOMPUTE_MODES)} "

@@ -22,15 +22,16 @@ from hetplan.planspec.order import Order, RecomputeHeld, in_flight, recompute_he
 if TYPE_CHECKING:
     from hetplan.planspec.plan import Plan
 
-Strategy = Literal["dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid"]
+Strategy = Literal["dp", "ps", "gpipe", "1f1b", "pipedream", "hybrid", "fsdp"]
 STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
 
 Shape = Literal["replicas", "pipeline", "pipelines"]
 """``replicas``: every pipeline is one stage (the whole model); ``pipeline``: exactly one
 pipeline of stages; ``pipelines``: several pipelines of the same stages."""
-ExecutorKind = Literal["flushed", "window", "ps", "ps-async"]
+ExecutorKind = Literal["flushed", "window", "ps", "ps-async", "fsdp"]
 """How a rank runs its actions: one flushed iteration per step, a window of iterations with no
-flush, a synchronous or an asynchronous parameter-server step."""
+flush, a synchronous or an asynchronous parameter-server step, a replica of a sharded model
+(FSDP2 gathers and scatters inside its forward and backward)."""
 
 PlanRule = Callable[["Plan"], bool]
 
@@ -71,6 +72,9 @@ class StrategySpec:
     hosts_parameters: bool = False
     """Parameter servers hold the weights: replicas push gradients and pull weights instead
     of all-reducing."""
+    shards_state: bool = False
+    """Each replica holds a shard of the weights, gradients and optimizer state (ZeRO, FSDP2):
+    layers are gathered for their use and gradients reduce-scattered, no all-reduce."""
     asynchronous_if: PlanRule = _never
     """A forward pass may use weights that miss a completed update."""
     windowed_if: PlanRule = _never
@@ -88,11 +92,11 @@ class StrategySpec:
             return "window"
         if self.hosts_parameters:
             return "ps-async" if self.asynchronous(plan) else "ps"
-        return "flushed"
+        return "fsdp" if self.shards_state else "flushed"
 
     def syncs_replicas(self, plan: Plan) -> bool:
         """Replicas all-reduce their gradients (several pipelines, no parameter server)."""
-        return len(plan.pipelines) > 1 and not self.hosts_parameters
+        return len(plan.pipelines) > 1 and not (self.hosts_parameters or self.shards_state)
 
     def in_flight(self, stage: int, num_stages: int, micro_batches: int) -> int:
         """Micro-batches whose activations ``stage`` holds at its peak, from the order."""
@@ -171,6 +175,10 @@ SPECS: dict[str, StrategySpec] = {
             name="hybrid", title="HetPipe: pipelines (virtual workers) in data parallel",
             shape="pipelines", order="1f1b", tensor_parallel=True,
             asynchronous_if=_wsp, windowed_if=_wsp,
+        ),
+        StrategySpec(
+            name="fsdp", title="sharded data parallelism (FSDP2, ZeRO-3): a replica per device",
+            shape="replicas", order="1f1b", shards_state=True,
         ),
     )
 }  # fmt: skip

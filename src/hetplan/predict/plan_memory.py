@@ -23,6 +23,7 @@ from hetplan.cost.ties import stage_tied_params
 from hetplan.graph.types import ModelGraph
 from hetplan.planspec.plan import Plan
 from hetplan.planspec.strategies import spec_of
+from hetplan.predict.sharded import sharded_breakdown
 from hetplan.units import fmt_bytes
 
 
@@ -106,6 +107,8 @@ def plan_memory(
                     ps_buffers=flat,
                     batch_bytes=batch,
                 )
+                if spec.shards_state:
+                    mem = sharded_breakdown(mem, plan, graph, p)
                 out[dev_id] = DeviceMemory(
                     breakdown=mem,
                     ps_shard_bytes=shards.get(dev_id, 0.0),

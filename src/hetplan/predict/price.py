@@ -45,6 +45,7 @@ from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.planspec.batch import micro_batch_size
 from hetplan.planspec.plan import Plan
 from hetplan.planspec.strategies import spec_of
+from hetplan.predict.sharded import fsdp_work
 from hetplan.schedule.work import (
     CutWork,
     PipelineWork,
@@ -153,6 +154,8 @@ def price(
 ) -> PricedWork:
     """Turn ``plan`` into priced work for the schedule generators."""
     spec = spec_of(plan)
+    if spec.shards_state:
+        return fsdp_work(plan, graph, cluster, compute)
     sync = spec.syncs_replicas(plan)
     num = plan.num_stages
     keep_last = plan.recompute and plan.recompute_mode == "except_last"

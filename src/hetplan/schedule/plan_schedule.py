@@ -69,6 +69,7 @@ GENERATORS: dict[str, Generator] = {
     "1f1b": _flushed,
     "pipedream": _pipedream,
     "hybrid": _hybrid,
+    "fsdp": _flushed,  # its collectives run inside the forward and backward actions
 }
 """The schedule generator of every strategy (keys: :data:`hetplan.planspec.STRATEGIES`)."""
 

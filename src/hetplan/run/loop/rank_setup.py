@@ -38,6 +38,7 @@ from hetplan.run.execute.window import WaveSync
 from hetplan.run.setup.layout import RankRole, pipeline_ranks, stage_ranks, tp_ranks
 from hetplan.run.setup.model import ModelSource, canonical_names
 from hetplan.run.setup.precision import autocast
+from hetplan.run.setup.sharding import shard_stage
 from hetplan.run.setup.tensor_parallel import local, local_bytes, mesh_of, parallelize_stage
 from hetplan.schedule.plan_schedule import device_actions, execution_schedule
 from hetplan.schedule.types import Action
@@ -139,9 +140,12 @@ def setup_rank(
     seed: int,
     device: str,
     tp: tuple[TpLayout, Any] | None = None,
+    shard_group: Any = None,
 ) -> RankSetup:
     """Build the rank's stage and actions; ``tp``: the tensor-parallel layout and the stage's
-    group, to split the stage over it (no other communication)."""
+    group, to split the stage over it (no other communication); ``shard_group``: the
+    replicas' group a sharded plan (``fsdp``) shards the stage over
+    (:mod:`hetplan.run.setup.sharding`)."""
     stages = stage_layers(plan, role.pipeline)
     meta = source.build_meta()
     meta_split = split_program(meta, stages)
@@ -154,6 +158,8 @@ def setup_rank(
     if tp is not None:
         layout = tp[0]
         sharded_logits = parallelize_stage(root, stages[role.stage], layout, mesh_of(tp[1], device))
+    if shard_group is not None:
+        shard_stage(module, stages[role.stage], mesh_of(shard_group, device), zero=plan.zero)
     reads = [stage_state(meta, st.state_names) for st in meta_split.stages]
     owned = owned_params(meta, stages, reads)
     sharded = set(layout.sharded_params()) if layout is not None else set()

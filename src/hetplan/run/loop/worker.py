@@ -96,7 +96,8 @@ def _train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     if role.stage < 0:
         setup = setup_server(plan, role, source, seed, ctx.device)
     else:
-        setup = setup_rank(plan, role, source, seed, ctx.device, tp)
+        shard = groups.stage if spec_of(plan).shards_state else None
+        setup = setup_rank(plan, role, source, seed, ctx.device, tp, shard)
     if setup.ties is not None:
         setup.ties.group = groups.ties
     module = setup.module
@@ -211,11 +212,18 @@ def _async_ps(b: _Build) -> Executor:
     )  # fmt: skip
 
 
+def _sharded(b: _Build) -> Executor:
+    """A replica of a sharded model: FSDP2's hooks gather and scatter inside its forward and
+    backward actions (no gradient buckets)."""
+    return Executor(actions=b.setup.actions, **b.common)
+
+
 EXECUTORS: dict[ExecutorKind, Callable[[_Build], Executor]] = {
     "flushed": _flushed,
     "window": _window,
     "ps": _ps,
     "ps-async": _async_ps,
+    "fsdp": _sharded,
 }
 """The executor of each kind (:meth:`hetplan.planspec.strategies.StrategySpec.executor`)."""
 

@@ -1,0 +1,155 @@
+"""Price a sharded data-parallel plan (strategy ``fsdp``: FSDP2, ZeRO-2 or 3): its work for
+the schedule and each rank's memory.
+
+Every replica runs the whole model on its batch share, one FSDP2 group per layer
+(:mod:`hetplan.cost.sharded`). The groups' all-gathers and reduce-scatters are collectives of
+every replica at once, so the replicas move through the layers in lock step: a layer takes
+the slowest replica's time for it, and each pass (forward, backward, per micro-batch) is
+priced as :func:`hetplan.cost.sharded.gathered_pass` of those times and the ring times of its
+collectives on the replicas' links (in the order the plan lists the replicas). The result is
+one :class:`StageWork` per replica with equal forward and backward times and no gradient
+buckets (FSDP2 reduce-scatters inside the backward); each optimizer step updates only the
+replica's shard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hetplan.cluster.spec import Cluster
+from hetplan.cost.comm_collectives import ring_links, ring_phase_time_links
+from hetplan.cost.memory import (
+    OPTIMIZER_SLOTS,
+    OPTIMIZER_STATE_BYTES,
+    MemoryBreakdown,
+    grad_scale,
+    optimizer_step_s,
+    weight_scale,
+)
+from hetplan.cost.sharded import (
+    ZeroStage,
+    gathered_pass,
+    group_gathered_bytes,
+    group_shard_bytes,
+    layer_tensors,
+    rank_memory,
+)
+from hetplan.cost.tp_compute import tp_rank_costs
+from hetplan.cost.types import ComputeModel
+from hetplan.graph.types import ModelGraph
+from hetplan.planspec.batch import micro_batch_size
+from hetplan.planspec.dtypes import DTYPE_BYTES
+from hetplan.planspec.plan import Plan
+from hetplan.schedule.work import PipelineWork, PricedWork, StageWork
+
+
+def replica_devices(plan: Plan) -> list[str]:
+    """The shard group: each replica's device, in plan order (the ring's order)."""
+    return [p.stages[0].devices[0] for p in plan.pipelines]
+
+
+def collective_times(
+    plan: Plan, graph: ModelGraph, cluster: Cluster
+) -> tuple[list[float], list[float]]:
+    """Per layer, (all-gather s, reduce-scatter s) over the shard group's ring: the fp32
+    weights of a mixed-precision graph are gathered (FSDP2 without a mixed-precision policy),
+    its fp32 gradients scattered."""
+    devices = replica_devices(plan)
+    links = ring_links(devices, cluster)
+    n = len(devices)
+    w, g = weight_scale(graph.dtype), grad_scale(graph.dtype)
+    gathers, scatters = [], []
+    for layer in graph.layers:
+        whole = group_gathered_bytes(layer_tensors(layer), n)
+        gathers.append(ring_phase_time_links(whole * w, links))
+        scatters.append(ring_phase_time_links(whole * g, links))
+    return gathers, scatters
+
+
+def fsdp_work(plan: Plan, graph: ModelGraph, cluster: Cluster, compute: ComputeModel) -> PricedWork:
+    """The priced work of an ``fsdp`` plan (see the module's docstring)."""
+    devices = [cluster.device(d) for d in replica_devices(plan)]
+    mbs = [micro_batch_size(p.batch, plan.micro_batches) for p in plan.pipelines]
+    fwd = [0.0] * len(graph.layers)
+    bwd = [0.0] * len(graph.layers)
+    sources: dict[tuple[str, str, str], None] = {}
+    for dev, mb in zip(devices, mbs, strict=True):
+        for k, c in enumerate(tp_rank_costs(compute, graph, dev, mb, 1)):
+            fwd[k] = max(fwd[k], c.fwd_s)
+            bwd[k] = max(bwd[k], c.bwd_s + (c.fwd_s if plan.recompute else 0.0))
+            sources[(dev.type.name, graph.layers[k].name, c.source)] = None
+    gathers, scatters = collective_times(plan, graph, cluster)
+    overlap = not all(d.type.is_cpu for d in devices)
+    fwd_s = gathered_pass(fwd, gathers, overlap=overlap)
+    again = gathers[::-1] if plan.zero == 3 else [0.0] * len(gathers)
+    bwd_s = gathered_pass(bwd[::-1], again, scatters[::-1], overlap=overlap)
+    share = _shard_share(graph, len(devices))
+    pipes = [
+        PipelineWork(
+            stages=(
+                StageWork(
+                    devices=(dev.id,), fwd_s=fwd_s, bwd_s=bwd_s,
+                    opt_s=share * optimizer_step_s(compute, graph, dev, graph.layers,
+                                                   plan.optimizer, 1),
+                    on_cores=dev.type.is_cpu,
+                ),
+            ),
+            batch=pipe.batch,
+        )
+        for dev, pipe in zip(devices, plan.pipelines, strict=True)
+    ]  # fmt: skip
+    return PricedWork(
+        pipes=pipes,
+        buckets=[],
+        ps=[],
+        micro_batch=mbs,
+        bucket_bytes=[0.0],
+        sources=tuple(sorted({src for _, _, src in sources})),
+        layer_sources=tuple(sources),
+    )
+
+
+def _shard_share(graph: ModelGraph, n: int) -> float:
+    """The fraction of the model's parameter bytes one rank's optimizer steps (its padded
+    shard: an upper bound on its own rows)."""
+    tensors = [layer_tensors(layer) for layer in graph.layers]
+    whole = sum(t.nbytes for ts in tensors for t in ts)
+    return sum(group_shard_bytes(ts, n) for ts in tensors) / whole if whole else 0.0
+
+
+def step_sent_bytes(plan: Plan, graph: ModelGraph) -> float:
+    """Bytes one rank sends per step over the ring (all micro-batches)."""
+    n = len(plan.pipelines)
+    w, g = weight_scale(graph.dtype), grad_scale(graph.dtype)
+    whole = [group_gathered_bytes(layer_tensors(x), n) for x in graph.layers]
+    per_micro = sum(b * (w * (2 if plan.zero == 3 else 1) + g) for b in whole)
+    return plan.micro_batches * per_micro * (n - 1) / n if n > 1 else 0.0
+
+
+def sharded_breakdown(
+    whole: MemoryBreakdown, plan: Plan, graph: ModelGraph, replica: int
+) -> MemoryBreakdown:
+    """Replica ``replica``'s peak memory: ``whole`` (the model's data-parallel breakdown on
+    that rank: activations, autocast's copies, workspace and input as a replica holds them)
+    with the state replaced by the rank's shards (:func:`hetplan.cost.sharded.rank_memory`):
+    padded weight and gradient shards, its own rows' optimizer state, the gathered groups
+    (``gathered``) and the largest group's whole gradients before its reduce-scatter
+    (``grads``); no gradient buckets. Weights and gradients in fp32 under mixed precision,
+    as FSDP2 keeps them without a mixed-precision policy."""
+    n = len(plan.pipelines)
+    groups = [layer_tensors(x) for x in graph.layers]
+    w, g = weight_scale(graph.dtype), grad_scale(graph.dtype)
+    state = OPTIMIZER_SLOTS[plan.optimizer] * OPTIMIZER_STATE_BYTES / DTYPE_BYTES[graph.dtype]
+    zero: ZeroStage = 3 if plan.zero == 3 else 2
+    mem = rank_memory(
+        groups, n, replica, stage=zero, state_bytes_per_param_byte=state, grad_scale=g
+    )
+    parts = {
+        "weights": mem.weights * w,
+        "grads": mem.grads + mem.unsharded_grads,
+        "optimizer": mem.optimizer,
+        "comm_buffers": 0.0,
+        "gathered": mem.gathered * w,
+    }
+    total = whole.total + sum(parts[k] - getattr(whole, k) for k in parts)
+    return replace(whole, **parts, total=total)
