@@ -126,3 +126,17 @@ def test_interval_coverage_leaves_each_case_out() -> None:
     few = summarize([case("m", H, "dp", 1.0, 1.0), case("m", H, "dp", 1.0, 0.5)])
     assert few.interval_coverage == pytest.approx(0.5)
     assert summarize([case("m", H, "dp", 1.0, 1.0)]).interval_coverage is None
+
+
+def test_synchronous_and_asynchronous_ps_are_not_pooled() -> None:
+    ps = {"strategy": "ps", "micro_batches": 1, "pipelines": [{"batch": 4}] * 2}
+    sync = case("a", H, "ps", 1.0, 1.0)
+    sync.plan = {**ps, "ps_async": False, "ps_assignment": "round_robin"}
+    asyn = case("a", H, "ps-async", 1.0, 3.0)
+    asyn.plan = {**ps, "ps_async": True, "staleness": 1, "ps_assignment": "round_robin"}
+    pick = case("a", H, PLANNER, 1.0, 1.0)
+    pick.plan = {**ps, "ps_async": False, "ps_assignment": "size"}
+    dp = case("a", H, "dp", 1.0, 1.02)
+    sel = selections([sync, asyn, pick, dp])[0]
+    # the pick's own 1.0 s, not pooled with the async 3.0 s or the round-robin plan's run
+    assert sel.hit and sel.slowdown == pytest.approx(0.0)

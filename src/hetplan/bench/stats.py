@@ -124,7 +124,13 @@ def plan_key(case: CaseResult) -> str:
     a case without its plan is only the same as itself."""
     if not case.plan:
         return f"case-{id(case)}"
-    fields = ("strategy", "micro_batches", "pipelines", "optimizer", "recompute", "recompute_mode")
+    # A parameter server's placement and synchrony, TP and a hybrid's WSP bound make another
+    # plan too (without them the suite pooled the synchronous and asynchronous PS runs, and
+    # the planner's size-balanced shards with the fixed plan's round-robin ones).
+    fields = (
+        "strategy", "micro_batches", "pipelines", "optimizer", "recompute", "recompute_mode",
+        "tp", "sync", "staleness", "ps_devices", "ps_assignment", "ps_async",
+    )  # fmt: skip
     return json.dumps({k: case.plan.get(k) for k in fields}, sort_keys=True, default=str)
 
 

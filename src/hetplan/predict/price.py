@@ -37,6 +37,7 @@ from hetplan.cost import comm
 from hetplan.cost.comm_buckets import first_bucket
 from hetplan.cost.contention import concurrent_cluster
 from hetplan.cost.memory import is_gpu, optimizer_step_s, tp_grad_tensor_bytes
+from hetplan.cost.ps_cpu import PsCpuWork, host_bytes, ps_cpu_work
 from hetplan.cost.ties import tie_sync_s
 from hetplan.cost.tp import tp_comm_times, tp_traffic
 from hetplan.cost.tp_compute import tp_rank_costs
@@ -211,7 +212,9 @@ def price(
                 cuts.append(_cut(graph, cluster, stage.devices, nxt, ranges[p][s][1], mb))
         pipes.append(PipelineWork(stages=tuple(stages), cuts=tuple(cuts), batch=pipe.batch))
     bucket_bytes = [float(sum(b.nbytes for b in bs)) for bs in stage_buckets]
-    ps = _ps_work(plan, graph, cluster) if spec.hosts_parameters else []
+    ps: list[PsWork] = []
+    if spec.hosts_parameters:
+        ps, pipes = _ps_work(plan, graph, cluster, pipes)
     return PricedWork(
         pipes=pipes,
         buckets=buckets,
@@ -239,29 +242,57 @@ def _sync_buckets(
     return out
 
 
-def _ps_work(plan: Plan, graph: ModelGraph, cluster: Cluster) -> list[PsWork]:
-    """Push/pull times per worker from the PS communication model."""
+def _ps_work(
+    plan: Plan, graph: ModelGraph, cluster: Cluster, pipes: list[PipelineWork]
+) -> tuple[list[PsWork], list[PipelineWork]]:
+    """Push/pull times per worker from the PS communication model; on CPU ranks plus the
+    runtime's own work on their cores (:mod:`hetplan.cost.ps_cpu`): its buffers in the
+    pushes and pulls, and (asynchronous) each host's server thread in its worker's optimizer
+    slot, where it takes turns with that worker's compute."""
     tensors = [b for sizes in tp_grad_tensor_bytes(graph.layers, graph.dtype, 1) for b in sizes]
     workers = [p.stages[0].devices[0] for p in plan.pipelines]
     timing = comm.ps_sync_time(
         tensors, workers, plan.ps_devices, cluster, policy=plan.ps_assignment
     )
     total = float(sum(tensors))
+    devices = [*workers, *plan.ps_devices]
+    if not all(cluster.device(d).type.is_cpu for d in devices):
+        cpu = PsCpuWork(push_s={}, pull_s={}, server_s={})
+    else:
+        hosts = host_bytes(plan.ps_devices, timing.shard_bytes)
+        full_opt = {p.stages[0].devices[0]: p.stages[0].opt_s for p in pipes}
+        any_opt = max(full_opt.values(), default=0.0)
+        opt = {h: full_opt.get(h, any_opt) * b / total for h, b in hosts.items()} if total else {}
+        speeds = {d: cluster.device(d).speed for d in devices}
+        cpu = ps_cpu_work(hosts, workers, speeds, asynchronous=plan.ps_async, optimizer_s=opt)
     if plan.ps_async:
         # Only a worker's push + pull total is known: split evenly between the two actions.
-        return [
+        ps = [
             PsWork(
-                push_s=timing.async_per_worker_s[w] / 2,
-                pull_s=timing.async_per_worker_s[w] / 2,
+                push_s=timing.async_per_worker_s[w] / 2 + cpu.push_s.get(w, 0.0),
+                pull_s=timing.async_per_worker_s[w] / 2 + cpu.pull_s.get(w, 0.0),
                 nbytes=total,
             )
             for w in workers
         ]
-    return [
+        if cpu.server_s:  # the server's steps replace the worker's (it steps nothing);
+            # the application of its own push is already the wait in its pull
+            share = (len(workers) - 1) / len(workers)
+            server = {h: share * t for h, t in cpu.server_s.items()}
+            pipes = [_with_opt(p, server.get(p.stages[0].devices[0], 0.0)) for p in pipes]
+        return ps, pipes
+    push = timing.push_s + max(cpu.push_s.values(), default=0.0)
+    ps = [
         PsWork(
-            push_s=timing.push_s,
-            pull_s=max(timing.per_worker_s[w] - timing.push_s, 0.0),
+            push_s=push,
+            pull_s=max(timing.per_worker_s[w] - timing.push_s, 0.0) + cpu.pull_s.get(w, 0.0),
             nbytes=total,
         )
         for w in workers
     ]
+    return ps, pipes
+
+
+def _with_opt(pipe: PipelineWork, opt_s: float) -> PipelineWork:
+    """``pipe`` (one stage: a PS worker) with its optimizer slot set to ``opt_s``."""
+    return replace(pipe, stages=(replace(pipe.stages[0], opt_s=opt_s), *pipe.stages[1:]))

@@ -222,6 +222,7 @@ def parameter_server(
     *,
     asynchronous: bool = False,
     iterations: int = 4,
+    staleness: int = 0,
 ) -> Schedule:
     """Parameter server with one-stage workers; ``ps[r]``: worker r's push/pull times.
 
@@ -230,7 +231,10 @@ def parameter_server(
     backward is done and occupies the comm streams of all workers and shards; then each
     worker pulls for its own ``pull_s``. Asynchronous: each worker pushes and pulls alone on
     its own comm stream, iterating ``iterations`` times; contention at the shards must be in
-    ``ps`` already (a fixed per-resource order cannot express first-come-first-served).
+    ``ps`` already (a fixed per-resource order cannot express first-come-first-served). With
+    a bound ``staleness = s > 0`` (SSP, :mod:`hetplan.run.execute.ps_async`) worker r's pull of
+    iteration ``i`` also waits for every worker's push of iteration ``i - s``: the servers
+    answer it only then, so no worker runs more than ``s`` iterations ahead of the slowest.
     """
     _check(replicas, micro_batches)
     if len(ps) != len(replicas):
@@ -268,7 +272,14 @@ def parameter_server(
                     ("ps_push", r, w), [lasts[r]], kind="ps_push", duration_s=work.push_s, **common
                 )
             push = ("ps_push", r if asynchronous else -1, w)
-            b.add(("ps_pull", r, w), [push], kind="ps_pull", duration_s=work.pull_s, **common)
+            gate = (
+                [("ps_push", q, w - staleness) for q in range(len(workers))]
+                if asynchronous and staleness > 0 and w >= staleness
+                else []
+            )
+            b.add(
+                ("ps_pull", r, w), [push, *gate], kind="ps_pull", duration_s=work.pull_s, **common
+            )
     for r, p in enumerate(replicas):
         # The shards apply the update; the worker's optimizer slot is the wait for its pull.
         deps: dict[tuple[int, int], list[Hashable]] = {
@@ -276,7 +287,17 @@ def parameter_server(
         }
         emit_replica(b, r, p, m=m, iterations=iters, order="1f1b", opt_lag=None, opt_deps=deps)
     marks: list[tuple[Hashable | None, Hashable, float]] = []
-    if asynchronous:
+    if asynchronous and staleness > 0:
+        # Bounded: in the steady state every worker runs at the slowest one's pace, whose
+        # own iteration (compute, push, pull, optimizer slot) is the longest.
+        def own(r: int) -> float:
+            st = replicas[r].stages[0]
+            return m * (st.fwd_s + st.bwd_s) + st.opt_s + ps[r].push_s + ps[r].pull_s
+
+        slow = max(range(len(replicas)), key=own)
+        total = float((iters - 1) * sum(p.batch for p in replicas))
+        marks = [(("O", slow, 0, 0), ("O", slow, 0, iters - 1), total)]
+    elif asynchronous:
         marks = [
             (("O", r, 0, 0), ("O", r, 0, iters - 1), float((iters - 1) * p.batch))
             for r, p in enumerate(replicas)

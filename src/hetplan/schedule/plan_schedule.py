@@ -46,7 +46,13 @@ def _flushed(plan: Plan, work: PricedWork, iterations: int | None) -> Schedule:
 def _parameter_server(plan: Plan, work: PricedWork, iterations: int | None) -> Schedule:
     kw = {} if iterations is None else {"iterations": iterations}
     return gen.parameter_server(
-        work.pipes, plan.ps_devices, work.ps, plan.micro_batches, asynchronous=plan.ps_async, **kw
+        work.pipes,
+        plan.ps_devices,
+        work.ps,
+        plan.micro_batches,
+        asynchronous=plan.ps_async,
+        staleness=plan.staleness,
+        **kw,
     )
 
 

@@ -1,0 +1,125 @@
+"""The parameter server's own CPU work when its ranks are CPU processes (gloo on one host).
+
+:mod:`hetplan.cost.comm_ps` prices the bytes on the links. What the runtime
+(:mod:`hetplan.run.execute.ps`, :mod:`hetplan.run.execute.ps_async`) also does, on the ranks'
+own cores, is build flat buffers and apply the pushed gradients:
+
+- synchronous (``PsExecutor``): every rank, for every host ``h``, concatenates that shard's
+  gradients into a new flat buffer before the ``reduce`` (``S_h`` bytes) and the shard's
+  weights into another before the ``broadcast``; the host copies the summed shard back into
+  its gradients (``S_own``), every rank copies each broadcast shard back into its weights.
+  The workers wait in the collectives meanwhile: the work lengthens the push and the pull.
+- asynchronous (``AsyncServer``): the worker concatenates each host's gradients with their
+  tag into a new buffer and sends it; its pull receives each remote shard into a new buffer
+  and copies it into its weights. Each host's *server thread*, in the worker's own process
+  and so on its cores, applies every worker's push one at a time: the receiver's new buffer,
+  a copy into the master tensors' gradients, the optimizer step on the shard, and two new
+  buffers for the reply (the masters concatenated, then with the version appended). Per
+  iteration a host applies one push per worker; that work takes turns with its own worker's
+  compute (and its core-mates', :mod:`hetplan.predict.sharing`) and a pull waits for its
+  push's application.
+
+A new buffer costs more than a copy into an existing one when it is large: glibc's
+``malloc`` serves requests of at least ``MMAP_THRESHOLD_BYTES`` with a fresh ``mmap`` (its
+dynamic threshold stops growing there), so each such buffer's pages are faulted in and zeroed
+by the kernel on first write; smaller ones reuse the heap the previous step freed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hetplan.units import MiB
+
+# glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB,
+# malloc/malloc.c): an allocation this large is always a fresh mapping. Seen on the 2-core
+# machine (torch 2.13, one pinned thread, 2026-11-25): torch.cat / clone into a new tensor of
+# 31 MiB 3.1 GB/s, of 33 and 37 MiB 0.54-0.66 GB/s.
+MMAP_THRESHOLD_BYTES = 32 * MiB
+# Copy into memory the process already holds (bytes/s, one core, speed 1): out-of-cache
+# tensor copy on the 2-core machine (AMD EPYC, torch 2.13, 37 MB, one pinned thread):
+# 2.9-4.8 GB/s at load averages 4.8-11 (/tmp/ps27 copy probes, 2026-11-25).
+COPY_BANDWIDTH = 4e9
+# Filling a freshly mapped buffer (bytes/s, one core, speed 1): the same probes' torch.cat /
+# clone of 33-37 MB, page faults included: 0.86-1.04 GB/s at load average 4.6-4.8, 0.3-0.7
+# GB/s at 6.5-11 (other sessions' tests running); the suite's runs saw load 2-4.
+FRESH_BANDWIDTH = 1e9
+# The server thread's passes over a push beside the optimizer step (dimensionless): the
+# receive into a new buffer, the copy into the masters' gradients, the two reply buffers.
+SERVER_NEW_BUFFERS = 3
+SERVER_COPIES = 1
+
+
+def new_buffer_s(nbytes: float) -> float:
+    """Speed-1 seconds to fill a new buffer of ``nbytes`` (fresh pages from the threshold)."""
+    if nbytes <= 0:
+        return 0.0
+    bandwidth = FRESH_BANDWIDTH if nbytes >= MMAP_THRESHOLD_BYTES else COPY_BANDWIDTH
+    return nbytes / bandwidth
+
+
+def copy_s(nbytes: float) -> float:
+    """Speed-1 seconds to copy ``nbytes`` into memory already held."""
+    return max(nbytes, 0.0) / COPY_BANDWIDTH
+
+
+@dataclass(frozen=True, kw_only=True)
+class PsCpuWork:
+    """CPU seconds (at each device's speed) the PS runtime adds per iteration."""
+
+    push_s: dict[str, float]
+    """Per worker: work inside its push (its buffers; synchronous: the host's copy-back)."""
+    pull_s: dict[str, float]
+    """Per worker: work inside its pull (its buffers and copies; asynchronous: the wait for
+    its push's application at the slowest host)."""
+    server_s: dict[str, float]
+    """Per host (asynchronous): its server thread's work per iteration, every worker's push
+    applied once (optimizer steps included)."""
+
+
+def host_bytes(ps_devices: Sequence[str], shard_bytes: Sequence[int]) -> dict[str, float]:
+    """Bytes each host device serves (the sum of its shards)."""
+    out: dict[str, float] = {}
+    for dev, nbytes in zip(ps_devices, shard_bytes, strict=True):
+        out[dev] = out.get(dev, 0.0) + float(nbytes)
+    return {d: b for d, b in out.items() if b > 0}
+
+
+def ps_cpu_work(
+    hosts: Mapping[str, float],
+    workers: Sequence[str],
+    speeds: Mapping[str, float],
+    *,
+    asynchronous: bool,
+    optimizer_s: Mapping[str, float] | None = None,
+) -> PsCpuWork:
+    """The runtime's buffer and server work (module docstring), in seconds at ``speeds``.
+
+    ``hosts``: bytes served per host device; ``optimizer_s``: per host, one optimizer step
+    over its shard at speed 1 (asynchronous: the server steps once per push)."""
+    opt = optimizer_s or {}
+    push: dict[str, float] = {}
+    pull: dict[str, float] = {}
+    server: dict[str, float] = {}
+    if asynchronous:
+        for h, nbytes in hosts.items():
+            per_push = (
+                SERVER_NEW_BUFFERS * new_buffer_s(nbytes)
+                + SERVER_COPIES * copy_s(nbytes)
+                + opt.get(h, 0.0)
+            )
+            server[h] = len(workers) * per_push / speeds[h]
+        for w in dict.fromkeys(workers):
+            remote = [b for h, b in hosts.items() if h != w]
+            push[w] = sum(new_buffer_s(b) for b in hosts.values()) / speeds[w]
+            mine = sum(new_buffer_s(b) for b in remote) + sum(copy_s(b) for b in hosts.values())
+            # Its pull waits for its push's application at every host (servers in parallel).
+            wait = max((server[h] / len(workers) for h in hosts), default=0.0)
+            pull[w] = mine / speeds[w] + wait
+        return PsCpuWork(push_s=push, pull_s=pull, server_s=server)
+    for w in dict.fromkeys(workers):
+        build = sum(new_buffer_s(b) for b in hosts.values())
+        push[w] = (build + copy_s(hosts.get(w, 0.0))) / speeds[w]
+        pull[w] = (build + sum(copy_s(b) for b in hosts.values())) / speeds[w]
+    return PsCpuWork(push_s=push, pull_s=pull, server_s=server)

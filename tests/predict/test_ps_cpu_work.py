@@ -1,0 +1,114 @@
+"""The parameter server's work on CPU ranks' cores (cost.ps_cpu) against closed forms."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from predict_synthetic import BWD_PER_SAMPLE, FWD_PER_SAMPLE, FixedCompute, cluster, graph
+
+from hetplan.cluster.spec import Cluster
+from hetplan.cost import comm
+from hetplan.cost.ps_cpu import (
+    COPY_BANDWIDTH,
+    FRESH_BANDWIDTH,
+    MMAP_THRESHOLD_BYTES,
+    copy_s,
+    new_buffer_s,
+    ps_cpu_work,
+)
+from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
+from hetplan.predict import predict
+from hetplan.schedule import PipelineWork, PsWork, StageWork, parameter_server
+from hetplan.simulate import simulate
+
+MB = 1_000_000
+
+
+def test_new_buffers_from_the_mmap_threshold_are_fresh_pages() -> None:
+    small = MMAP_THRESHOLD_BYTES - 1
+    assert new_buffer_s(small) == pytest.approx(small / COPY_BANDWIDTH)
+    assert new_buffer_s(MMAP_THRESHOLD_BYTES) == pytest.approx(
+        MMAP_THRESHOLD_BYTES / FRESH_BANDWIDTH
+    )
+    assert new_buffer_s(0) == copy_s(0) == 0.0
+
+
+def test_synchronous_buffers_lengthen_push_and_pull() -> None:
+    hosts = {"a": 10 * MB, "b": 40 * MB}
+    work = ps_cpu_work(hosts, ["a", "b"], {"a": 1.0, "b": 0.5}, asynchronous=False)
+    build = 10 * MB / COPY_BANDWIDTH + 40 * MB / FRESH_BANDWIDTH  # one flat buffer per host
+    assert work.push_s["a"] == pytest.approx(build + 10 * MB / COPY_BANDWIDTH)
+    assert work.push_s["b"] == pytest.approx((build + 40 * MB / COPY_BANDWIDTH) / 0.5)
+    assert work.pull_s["a"] == pytest.approx(build + 50 * MB / COPY_BANDWIDTH)
+    assert work.server_s == {}
+
+
+def test_asynchronous_server_applies_every_workers_push() -> None:
+    s = 40 * MB
+    work = ps_cpu_work(
+        {"a": s}, ["a", "b", "c"], dict.fromkeys("abc", 0.5), asynchronous=True,
+        optimizer_s={"a": 0.01},
+    )  # fmt: skip
+    per_push = 3 * s / FRESH_BANDWIDTH + s / COPY_BANDWIDTH + 0.01
+    assert work.server_s == {"a": pytest.approx(3 * per_push / 0.5)}
+    assert work.push_s["b"] == pytest.approx(s / FRESH_BANDWIDTH / 0.5)
+    # b receives into a new buffer and copies; a takes its reply from the queue; both wait
+    # for their push's application.
+    assert work.pull_s["b"] == pytest.approx(
+        (s / FRESH_BANDWIDTH + s / COPY_BANDWIDTH) / 0.5 + per_push / 0.5
+    )
+    assert work.pull_s["a"] == pytest.approx(s / COPY_BANDWIDTH / 0.5 + per_push / 0.5)
+
+
+def test_bounded_staleness_runs_at_the_slowest_workers_pace() -> None:
+    reps = [
+        PipelineWork(stages=(StageWork(devices=(w,), fwd_s=f, bwd_s=2 * f, opt_s=o),), batch=8)
+        for w, f, o in (("a", 1.0, 2.0), ("b", 0.5, 0.0))
+    ]
+    work = [PsWork(push_s=0.5, pull_s=0.25), PsWork(push_s=0.5, pull_s=0.25)]
+    free = simulate(parameter_server(reps, ["a"], work, asynchronous=True))
+    assert free.samples_per_s == pytest.approx(8 / 5.75 + 8 / 2.25)  # each alone
+    ssp = simulate(parameter_server(reps, ["a"], work, asynchronous=True, staleness=1))
+    # b may run one iteration ahead of a, no more: both at a's period, 5.75 s.
+    assert ssp.iteration_time_s == pytest.approx(5.75)
+
+
+def _cpu_cluster() -> Cluster:
+    c = cluster(2)
+    cpu = dataclasses.replace(c.devices[0].type, name="cpu", is_cpu=True)
+    devices = tuple(dataclasses.replace(d, type=cpu, cpus=(i,)) for i, d in enumerate(c.devices))
+    return dataclasses.replace(c, devices=devices)
+
+
+def test_server_sharing_its_workers_core_closed_form() -> None:
+    """Two CPU workers on their own cores; n0.0 hosts every byte (40 MB: fresh pages). Its
+    server thread applies both pushes each iteration on n0.0's core, taking turns with n0.0's
+    worker: the host's iteration is its compute, its push and pull (the wait for its own
+    push's application included) and the other push's application."""
+    params = 10 * MB // 4  # 4 layers of 10 MB: 40 MB served by n0.0
+    g = graph(4, params=params)
+    c = _cpu_cluster()
+    batch = 8
+    plan = Plan(
+        model=ModelRef(name="syn"), strategy="ps", global_batch=2 * batch,
+        pipelines=[
+            PipelinePlan(stages=[StagePlan(layers=[f"l{i}" for i in range(4)], devices=[d])],
+                         batch=batch)
+            for d in ("n0.0", "n0.1")
+        ],
+        ps_devices=["n0.0"], ps_async=True, staleness=1,
+    )  # fmt: skip
+    pred = predict(plan, g, c, FixedCompute())
+    total = 4 * 10 * MB
+    links = comm.ps_sync_time([10 * MB] * 4, ["n0.0", "n0.1"], ["n0.0"], c)
+    opt = 4 * params * 12.0 / (1e11 * 0.8)  # SGD over the whole model: p, g read, p written
+    per_push = 3 * total / FRESH_BANDWIDTH + total / COPY_BANDWIDTH + opt
+    compute = 4 * (FWD_PER_SAMPLE + BWD_PER_SAMPLE) * batch
+    push = links.async_per_worker_s["n0.0"] / 2 + total / FRESH_BANDWIDTH
+    pull = links.async_per_worker_s["n0.0"] / 2 + total / COPY_BANDWIDTH + per_push
+    host = compute + push + pull + per_push  # the other worker's push, on the host's core
+    assert pred.iteration_time_s == pytest.approx(host, rel=1e-9)
+    # The same plan on devices that are not CPUs: no buffers, no server thread on a core.
+    other = predict(plan, g, cluster(2), FixedCompute()).iteration_time_s
+    assert other == pytest.approx(compute + links.async_per_worker_s["n0.0"] + opt, rel=1e-9)
