@@ -30,6 +30,7 @@ from hetplan.plan.classes import orbits, symmetry
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.options import RUNNABLE, SearchOptions
 from hetplan.plan.search import Ranking, baselines, make_context, rank, simulate, unique
+from hetplan.plan.sharded import fsdp_candidate
 from hetplan.plan.tp import TP_DEGREES, has_tp_units, splits_at, tp_groups
 from hetplan.planspec.plan import ModelRef
 from hetplan.planspec.strategies import spec_of
@@ -72,6 +73,9 @@ def candidates_on(
 ) -> list[Candidate]:
     """Every candidate the heuristic could build on ``devices``, at every micro-batch count."""
     out: list[Candidate] = []
+    sharded = fsdp_candidate(ctx, devices) if "fsdp" in families else None
+    if sharded is not None:  # it may fit where data parallelism does not
+        out.append(sharded)
     dp = dp_candidate(ctx, devices)
     if dp is None:
         return out

@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 from hetplan.cluster.spec import Cluster
 from hetplan.plan.staleness import is_asynchronous, staleness_of
-from hetplan.units import fmt_percent
+from hetplan.planspec.strategies import spec_of
+from hetplan.units import fmt_bytes, fmt_percent
 
 if TYPE_CHECKING:
     from hetplan.plan.search import Ranked, Ranking
@@ -18,7 +19,7 @@ def reasons(ranking: Ranking, cluster: Cluster) -> list[str]:
     if not ranking.ranked:
         return []
     best = ranking.best
-    out = [_versus_baselines(best, ranking), _staleness(best)]
+    out = [_versus_baselines(best, ranking), _staleness(best), _sharded(best)]
     dp = ranking.baselines.get("dp-equal")
     if dp is not None:
         wait = _dp_wait(dp, cluster)
@@ -64,6 +65,23 @@ def _staleness(best: Ranked) -> str:
         f"{best.candidate.label} is asynchronous: weights may be stale {stale}; the "
         "prediction is of iteration time only, the iterations needed to converge under "
         "staleness are not modelled (without --asynchronous, only synchronous plans are made)"
+    )
+
+
+def _sharded(best: Ranked) -> str:
+    """For a sharded winner: the state each device holds, a 1/n share of a replica's."""
+    plan = best.candidate.plan
+    if not spec_of(plan).shards_state:
+        return ""
+    n = len(plan.pipelines)
+    held = max(
+        sum(d.memory.get(k, 0.0) for k in ("weights", "grads", "optimizer"))
+        for d in best.prediction.devices
+    )
+    return (
+        f"{best.candidate.label}: each device holds about 1/{n} of the weights, gradients and "
+        f"optimizer state ({fmt_bytes(held)} at most) and gathers each layer as it runs it "
+        "(FSDP2, shards padded to equal sizes: the memory follows the largest share)"
     )
 
 

@@ -26,6 +26,7 @@ from hetplan.plan.classes import Selection
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.objective import Objective
 from hetplan.plan.options import RUNNABLE, Budget, Progress, SearchOptions
+from hetplan.plan.sharded import fsdp_candidate
 from hetplan.plan.subsets import Space, subset_space
 from hetplan.plan.tp import TP_DEGREES, has_tp_units, splits_at, tp_groups
 from hetplan.planspec.strategies import spec_of
@@ -86,6 +87,11 @@ def screening(
     pool: list[Candidate] = [c for _, c in fits] if "dp" in opts.families else []
     if "ps" in opts.families:
         pool.extend(_parameter_server(ctx, space, fits, opts.objective))
+    if "fsdp" in opts.families:
+        sharded = _sharded(ctx, space, opts.objective)
+        pool.extend(c for c in sharded if c is not None)
+        if None in sharded:
+            rejected["fsdp: out of memory at every micro-batch count"] += sharded.count(None)
     pool.extend(_pipelined(ctx, space, opts, progress, budget))
     if has_tp_units(ctx.graph) and not budget.stop("screening tensor parallelism"):
         pool.extend(_tensor_parallel(ctx, cluster, space, opts, budget))
@@ -108,6 +114,17 @@ def _parameter_server(
         order = sorted(range(len(multi)), key=scores.__getitem__)
         multi = [multi[i] for i in order[:PS_SUBSETS]]
     return [ps_candidate(ctx, space.devices(sel), dp) for sel, dp in multi]
+
+
+def _sharded(ctx: Context, space: Space, objective: Objective) -> list[Candidate | None]:
+    """Sharded data parallelism on every multi-device subset of an exact space, else on the
+    PIPELINED_SUBSETS most promising by the balanced bound (whether or not data parallelism
+    fits there: sharding is what makes a model fit that no device holds whole); None where
+    no micro-batch count fits."""
+    multi = [s for s in space.selections if space.sym.size(s) > 1]
+    return [
+        fsdp_candidate(ctx, space.devices(sel)) for sel in _promising(ctx, space, multi, objective)
+    ]
 
 
 def _pipelined(

@@ -9,7 +9,7 @@ priced as :func:`hetplan.cost.sharded.gathered_pass` of those times and the ring
 collectives on the replicas' links (in the order the plan lists the replicas). The result is
 one :class:`StageWork` per replica with equal forward and backward times and no gradient
 buckets (FSDP2 reduce-scatters inside the backward); each optimizer step updates only the
-replica's shard.
+replica's shard, plus the host's cost of stepping DTensors (:data:`DTENSOR_STEP_S_PER_TENSOR`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,24 @@ from hetplan.planspec.batch import micro_batch_size
 from hetplan.planspec.dtypes import DTYPE_BYTES
 from hetplan.planspec.plan import Plan
 from hetplan.schedule.work import PipelineWork, PricedWork, StageWork
+
+# The optimizer's step over FSDP2's DTensor parameters costs the host this much more per
+# parameter tensor than over plain tensors (DTensor dispatch; Adam, one thread): 96-208 us,
+# median 160, measured on this project's 2-core CPU machine with
+# ``benchmarks/bench_fsdp_optimizer.py`` (gpt-tiny 68 tensors, resnet-tiny 20; 2026-11-25,
+# docs/benchmarks.md). On CPU tensors torch's optimizers loop over the parameters (foreach
+# is the default only on CUDA: ``torch.optim.optimizer._default_to_fused_or_foreach``), so
+# every tensor pays DTensor's dispatch; on CUDA ranks the foreach step dispatches once per
+# op for all tensors, not priced (not measured here: no GPU).
+DTENSOR_STEP_S_PER_TENSOR = 160e-6  # seconds per parameter tensor per step, CPU ranks
+
+
+def optimizer_host_s(graph: ModelGraph, on_cpu: bool) -> float:
+    """The DTensor step's host seconds on a CPU rank: :data:`DTENSOR_STEP_S_PER_TENSOR` per
+    tensor (0 on a GPU rank)."""
+    if not on_cpu:
+        return 0.0
+    return DTENSOR_STEP_S_PER_TENSOR * sum(len(layer_tensors(x)) for x in graph.layers)
 
 
 def replica_devices(plan: Plan) -> list[str]:
@@ -90,7 +108,8 @@ def fsdp_work(plan: Plan, graph: ModelGraph, cluster: Cluster, compute: ComputeM
                 StageWork(
                     devices=(dev.id,), fwd_s=fwd_s, bwd_s=bwd_s,
                     opt_s=share * optimizer_step_s(compute, graph, dev, graph.layers,
-                                                   plan.optimizer, 1),
+                                                   plan.optimizer, 1)
+                    + optimizer_host_s(graph, dev.type.is_cpu),
                     on_cores=dev.type.is_cpu,
                 ),
             ),
@@ -136,20 +155,31 @@ def sharded_breakdown(
     (``gathered``) and the largest group's whole gradients before its reduce-scatter
     (``grads``); no gradient buckets. Weights and gradients in fp32 under mixed precision,
     as FSDP2 keeps them without a mixed-precision policy."""
-    n = len(plan.pipelines)
+    parts = state_parts(graph, len(plan.pipelines), plan.optimizer, zero=plan.zero, rank=replica)
+    parts["comm_buffers"] = 0.0
+    total = whole.total + sum(parts[k] - getattr(whole, k) for k in parts)
+    return replace(whole, **parts, total=total)
+
+
+def state_parts(
+    graph: ModelGraph, n: int, optimizer: str, *, zero: int, rank: int = 0
+) -> dict[str, float]:
+    """Rank ``rank`` of ``n``'s state bytes by :class:`MemoryBreakdown` field (weights, grads
+    with the largest group's whole gradients, optimizer, gathered), in the runtime's dtypes
+    (fp32 weights and gradients under mixed precision)."""
     groups = [layer_tensors(x) for x in graph.layers]
     w, g = weight_scale(graph.dtype), grad_scale(graph.dtype)
-    state = OPTIMIZER_SLOTS[plan.optimizer] * OPTIMIZER_STATE_BYTES / DTYPE_BYTES[graph.dtype]
-    zero: ZeroStage = 3 if plan.zero == 3 else 2
-    mem = rank_memory(
-        groups, n, replica, stage=zero, state_bytes_per_param_byte=state, grad_scale=g
-    )
-    parts = {
+    state = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES / DTYPE_BYTES[graph.dtype]
+    stage: ZeroStage = 3 if zero == 3 else 2
+    mem = rank_memory(groups, n, rank, stage=stage, state_bytes_per_param_byte=state, grad_scale=g)
+    return {
         "weights": mem.weights * w,
         "grads": mem.grads + mem.unsharded_grads,
         "optimizer": mem.optimizer,
-        "comm_buffers": 0.0,
         "gathered": mem.gathered * w,
     }
-    total = whole.total + sum(parts[k] - getattr(whole, k) for k in parts)
-    return replace(whole, **parts, total=total)
+
+
+def rank_state_bytes(graph: ModelGraph, n: int, optimizer: str, *, zero: int) -> float:
+    """The most state bytes a rank of ``n`` holds (rank 0 owns the most rows)."""
+    return sum(state_parts(graph, n, optimizer, zero=zero).values())

@@ -1,0 +1,139 @@
+"""Sharded data-parallel candidates (strategy ``fsdp``) for the screening.
+
+On a subset of single devices: the batch split by speed as data parallelism splits it
+(``plan.replicas``), the fewest micro-batches (a power of two) with which every replica fits
+its padded shard of the model state, one micro-batch's activations and the gathered layers
+(``predict.sharded``), and ZeRO-3. A subset whose devices cannot each hold the whole model is
+where this family can win: its state per rank falls as ``1 / n``.
+
+Screening estimate: the slowest replica's compute, then its collectives (every micro-batch
+gathers each layer twice and reduce-scatters its gradients, over the subset's ring) hidden
+behind the compute on GPUs and added to it on CPU cores (gloo's copies use them), then the
+optimizer step on the shard and the host's DTensor cost (``predict.sharded``). The
+simulation prices the layers' passes exactly (``cost.sharded.gathered_pass``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hetplan.cost.comm_collectives import ring_links, ring_phase_time_links
+from hetplan.cost.memory import (
+    LayerBytes,
+    framework_overhead_bytes,
+    grad_scale,
+    is_gpu,
+    layer_bytes,
+    weight_scale,
+)
+from hetplan.cost.sharded import group_gathered_bytes, layer_tensors
+from hetplan.cost.threads import compute_kind
+from hetplan.plan.context import Candidate, Context
+from hetplan.plan.replicas import expand, split_groups
+from hetplan.plan.tp import SEP
+from hetplan.planspec.batch import micro_batch_size
+from hetplan.planspec.plan import PipelinePlan, Plan, StagePlan
+from hetplan.predict.sharded import optimizer_host_s, rank_state_bytes
+
+ZERO = 3  # the stage the planner proposes: FSDP2's default, the least state per rank
+
+
+def fsdp_candidate(ctx: Context, devices: Sequence[str]) -> Candidate | None:
+    """The sharded candidate on ``devices`` (two or more single devices), or None when no
+    micro-batch count fits or a device is a tensor-parallel group."""
+    if len(devices) < 2 or any(SEP in d for d in devices):
+        return None
+    groups: dict[object, list[str]] = {}
+    for d in devices:
+        groups.setdefault(compute_kind(ctx.pricing.cluster.device(d)), []).append(d)
+    slots = [g[0] for g in groups.values()]
+    counts = [len(g) for g in groups.values()]
+    n = len(devices)
+    ref = max(1, ctx.batch // n)
+    shares = split_groups(ctx.batch, [ctx.pricing.speed(s, ref) for s in slots], counts)
+    state = rank_state_bytes(ctx.graph, n, ctx.optimizer, zero=ZERO)
+    m = _micro_batches(ctx, slots, [lo + (hi > 0) for lo, hi in shares], state, min_batch(shares))
+    if m is None:
+        return None
+    busy = {
+        s: m * ctx.pricing.step_time(s, micro_batch_size(lo + (hi > 0), m))
+        for s, (lo, hi) in zip(slots, shares, strict=True)
+    }
+    comm = m * _collectives_s(ctx, list(devices))
+    step = max(ctx.pricing.optimizer_s(s, 0, len(ctx.graph.layers), ctx.optimizer) for s in slots)
+    worst = max(busy.values())
+
+    on_cores = all(ctx.pricing.cluster.device(d).type.is_cpu for d in devices)
+    host = optimizer_host_s(ctx.graph, on_cores)
+    time_s = (worst + comm if on_cores else max(worst, comm)) + step / n + host
+    rows = [(s, c, busy[s]) for s, c in zip(slots, counts, strict=True)]
+
+    def build() -> Plan:
+        batch = {
+            d: b
+            for g, bs in zip(groups.values(), expand(shares, counts), strict=True)
+            for d, b in zip(g, bs, strict=True)
+        }
+        names = list(ctx.layer_names)
+        pipes = [
+            PipelinePlan(stages=[StagePlan(layers=names, devices=[d])], batch=batch[d])
+            for d in devices
+        ]
+        return ctx.plan("fsdp", pipes, micro_batches=m, zero=ZERO)
+
+    accumulate = f", {m} micro-batches" if m > 1 else ""
+    return Candidate(
+        family="fsdp",
+        label=f"fsdp x{n} zero-{ZERO} batch by speed{accumulate}",
+        build=build,
+        estimate=ctx.metrics_counts(time_s, rows),
+    )
+
+
+def min_batch(shares: Sequence[tuple[int, int]]) -> int:
+    """The smallest replica batch: micro-batches cannot outnumber its samples."""
+    return min(lo for lo, _ in shares)
+
+
+def _micro_batches(
+    ctx: Context, slots: Sequence[str], batches: Sequence[int], state: float, most: int
+) -> int | None:
+    """Fewest micro-batches (a power of two, at most ``most``) with which every slot holds
+    ``state`` bytes of shards and gathered layers and one micro-batch's activations."""
+    per = layer_bytes(ctx.graph.layers, optimizer=ctx.optimizer, dtype=ctx.graph.dtype)
+    m = 1
+    while m <= most:
+        if all(
+            _fits(ctx, per, s, micro_batch_size(b, m), state)
+            for s, b in zip(slots, batches, strict=True)
+        ):
+            return m
+        m *= 2
+    return None
+
+
+def _fits(ctx: Context, per: LayerBytes, slot: str, micro: int, state: float) -> bool:
+    """Framework + workspace + the per-layer terms other than the whole state + ``state``
+    within the slot's memory."""
+    parts = per.parts(micro_batch=micro, kept=1, copies=1, stashed_versions=0)
+    transient = sum(float(v.sum()) for k, v in parts.items() if k not in _STATE)
+    kind = ctx.pricing.device_type(slot)
+    need = framework_overhead_bytes(is_gpu(kind)) + ctx.pricing.workspace(micro) + transient
+    return need + state <= kind.memory_bytes
+
+
+_STATE = ("weights", "grads", "optimizer")
+
+
+def _collectives_s(ctx: Context, devices: list[str]) -> float:
+    """One micro-batch's all-gathers (forward and backward) and reduce-scatters over the
+    ring of ``devices``."""
+    links = ring_links(devices, ctx.pricing.cluster)
+    n = len(devices)
+    w, g = weight_scale(ctx.graph.dtype), grad_scale(ctx.graph.dtype)
+    total = 0.0
+    for layer in ctx.graph.layers:
+        whole = group_gathered_bytes(layer_tensors(layer), n)
+        total += 2 * ring_phase_time_links(whole * w, links)
+        total += ring_phase_time_links(whole * g, links)
+    return total
