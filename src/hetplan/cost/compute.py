@@ -143,6 +143,8 @@ class AnalyticalCompute:
                 self.same_rate.setdefault(c.device_type, []).append(on_stream(c))
         self._arrays: dict[int, tuple[ModelGraph, _GraphArrays]] = {}
         self._costs: dict[tuple[object, ...], list[LayerCost]] = {}
+        # The graphs ``_costs`` holds costs of, by id(): kept so that an id is never reused.
+        self._graphs: dict[int, ModelGraph] = {}
 
     def _graph_arrays(self, graph: ModelGraph) -> _GraphArrays:
         # Keyed by id(); the graph is kept in the value so its id cannot be reused.
@@ -288,7 +290,7 @@ class AnalyticalCompute:
             batch,
         )
         hit = self._costs.get(key)
-        if hit is not None and self._arrays.get(id(graph), (None,))[0] is graph:
+        if hit is not None and self._graphs.get(id(graph)) is graph:
             return list(hit)
         fwd, bwd = self.layer_times(graph, device, batch)
         source = self.source(device)
@@ -298,5 +300,7 @@ class AnalyticalCompute:
         ]
         if len(self._costs) >= CACHE_ENTRIES:
             self._costs.clear()
+            self._graphs.clear()
         self._costs[key] = costs
+        self._graphs[id(graph)] = graph
         return list(costs)
