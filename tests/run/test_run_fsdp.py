@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from fsdp_entries import CountingSource
 from test_run_checkpoint import DATA, SOURCE, close, losses, make_plan
 
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.references.reference import reference_run, reference_step
 from hetplan.run.setup.checkpoint import step_dir
-from hetplan.run.setup.model import MLPSource
+from hetplan.run.setup.model import MLPSource, ZooSource, layer_names
 from hetplan.run.train import Training, run_plan
 
 MLP = MLPSource(widths=(6, 10, 12, 5))
@@ -71,3 +72,27 @@ def test_checkpoints_cross_between_sharded_and_unsharded_plans(tmp_path: Path) -
         got = run_plan(reader, source=SOURCE, steps=2, training=Training(data=DATA, resume=ckpt))
         ref, _ = reference_run(reader, SOURCE, steps=2, data=DATA, resume=step_dir(ckpt, 2))
         close(losses(got), ref)
+
+
+def test_no_rank_builds_a_whole_replica(tmp_path: Path) -> None:
+    """gpt-tiny on 3 ranks: the set-up materialises the model a chunk at a time, each at most
+    a third of the model's bytes or its largest tensor, never the whole (the whole counted
+    here by building it in this process)."""
+    source = CountingSource(name="gpt-tiny", log=str(tmp_path / "built"))
+    whole_model = ZooSource(name="gpt-tiny").build(0, "cpu")
+    tensors = [*whole_model.parameters(), *whole_model.buffers()]
+    whole = sum(t.numel() * t.element_size() for t in tensors)
+    largest = max(t.numel() * t.element_size() for t in tensors)
+    layers = layer_names(source)
+    plan = Plan(
+        model=ModelRef(name="gpt-tiny"), strategy="fsdp", global_batch=6,
+        pipelines=[PipelinePlan(stages=[StagePlan(layers=layers, devices=[f"d{i}"])], batch=2)
+                   for i in range(3)],
+    )  # fmt: skip
+    run_plan(plan, source=source, steps=1)
+    logs = list(tmp_path.glob("built.*"))
+    assert len(logs) == 3  # one per rank
+    for log in logs:
+        calls = [int(x) for x in log.read_text().split()]
+        assert len(calls) > 1 and sum(calls) >= whole  # every tensor, in several chunks
+        assert max(calls) <= max(largest, whole // 3) + largest < whole

@@ -38,7 +38,7 @@ from hetplan.run.execute.window import WaveSync
 from hetplan.run.setup.layout import RankRole, pipeline_ranks, stage_ranks, tp_ranks
 from hetplan.run.setup.model import ModelSource, canonical_names
 from hetplan.run.setup.precision import autocast
-from hetplan.run.setup.sharding import shard_stage
+from hetplan.run.setup.sharding import fill_shards, shard_stage
 from hetplan.run.setup.tensor_parallel import local, local_bytes, mesh_of, parallelize_stage
 from hetplan.schedule.plan_schedule import device_actions, execution_schedule
 from hetplan.schedule.types import Action
@@ -150,7 +150,10 @@ def setup_rank(
     meta = source.build_meta()
     meta_split = split_program(meta, stages)
     names = stage_state(meta, meta_split.stages[role.stage].state_names)
-    root = source.build_part(seed, device, names)
+    # A sharded stage is built on meta and filled shard by shard (never a whole replica).
+    root = (
+        source.build_meta() if shard_group is not None else source.build_part(seed, device, names)
+    )
     split = split_program(root, stages)
     module = split.stages[role.stage].module.train()
     sharded_logits = False
@@ -160,6 +163,7 @@ def setup_rank(
         sharded_logits = parallelize_stage(root, stages[role.stage], layout, mesh_of(tp[1], device))
     if shard_group is not None:
         shard_stage(module, stages[role.stage], mesh_of(shard_group, device), zero=plan.zero)
+        fill_shards(module, source, seed, device, shard_group)
     reads = [stage_state(meta, st.state_names) for st in meta_split.stages]
     owned = owned_params(meta, stages, reads)
     sharded = set(layout.sharded_params()) if layout is not None else set()

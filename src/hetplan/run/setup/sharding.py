@@ -17,9 +17,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Any
 
+import torch
+import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor
+
+from hetplan.run.setup.model import ModelSource
 
 try:  # torch >= 2.6; earlier the composable API (FSDP2 since torch 2.4)
     from torch.distributed.fsdp import FSDPModule, fully_shard
@@ -62,3 +68,62 @@ def shard_stage(
             # gloo has no PREMUL_SUM (FSDP2's choice for a divide factor): plain sums
             m.set_force_sum_reduction_for_comms(True)
     return sorted(left)
+
+
+def fill_shards(module: nn.Module, source: ModelSource, seed: int, device: str, group: Any) -> int:
+    """Give ``module`` (sharded on meta by :func:`shard_stage`) its values: allocate the
+    shards (``to_empty``), then materialise the model's tensors a chunk at a time
+    (``source.build_part``: the values :meth:`ModelSource.build` gives them), each chunk at
+    most a rank's share of the model's bytes or its largest tensor, and copy each rank's rows
+    into its shard (buffers whole). Returns the most bytes materialised at once, so that the
+    set-up never holds a whole replica."""
+    module.to_empty(device=device)
+    n, rank = dist.get_world_size(group), dist.get_rank(group)
+    targets = dict(module.named_parameters()) | dict(module.named_buffers())
+    sizes = {name: _full_bytes(t) for name, t in targets.items()}
+    budget = max(max(sizes.values(), default=0), sum(sizes.values()) // n)
+    most = 0
+    with torch.no_grad():
+        for chunk in _chunks(list(targets), sizes, budget):
+            part = source.build_part(seed, device, chunk)
+            most = max(most, sum(sizes[name] for name in chunk))
+            for name in chunk:
+                _copy_rows(targets[name], _tensor(part, name), n, rank)
+            del part
+    return most
+
+
+def _full_bytes(t: torch.Tensor) -> int:
+    """Bytes of the whole (unsharded) tensor."""
+    return int(t.numel() * t.element_size())  # a DTensor's numel is the global one
+
+
+def _chunks(names: list[str], sizes: dict[str, int], budget: int) -> list[list[str]]:
+    """``names`` in order, cut into runs of at most ``budget`` bytes (a larger one alone)."""
+    out: list[list[str]] = [[]]
+    used = 0
+    for name in names:
+        if out[-1] and used + sizes[name] > budget:
+            out.append([])
+            used = 0
+        out[-1].append(name)
+        used += sizes[name]
+    return [c for c in out if c]
+
+
+def _tensor(module: nn.Module, name: str) -> torch.Tensor:
+    prefix, _, leaf = name.rpartition(".")
+    owner = module.get_submodule(prefix)
+    found: torch.Tensor = getattr(owner, leaf)
+    return found
+
+
+def _copy_rows(target: torch.Tensor, full: torch.Tensor, n: int, rank: int) -> None:
+    """Rank ``rank``'s dim-0 piece of ``full`` (``torch.chunk``, as FSDP2 cuts) into its
+    shard; a plain tensor (a buffer) whole."""
+    if not isinstance(target, DTensor):
+        target.copy_(full)
+        return
+    pieces = torch.chunk(full.detach(), n, dim=0)
+    if rank < len(pieces):
+        target.to_local().copy_(pieces[rank])
