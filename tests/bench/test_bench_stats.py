@@ -140,3 +140,19 @@ def test_synchronous_and_asynchronous_ps_are_not_pooled() -> None:
     sel = selections([sync, asyn, pick, dp])[0]
     # the pick's own 1.0 s, not pooled with the async 3.0 s or the round-robin plan's run
     assert sel.hit and sel.slowdown == pytest.approx(0.0)
+
+
+def test_selection_against_the_synchronous_cases() -> None:
+    """PipeDream measured fastest (stale weights: ``plan`` offers it only when asked): the
+    pick misses against every case, hits against the synchronous ones; hand-made times."""
+    group = [
+        case("m", H, "pipedream", 1.0, 0.80),
+        case("m", H, "dp", 1.0, 1.00),
+        case("m", H, "gpipe", 1.0, 1.30),
+        case("m", H, PLANNER, 1.0, 1.02),
+    ]
+    (sel,) = selections(group)
+    assert sel.slowdown == pytest.approx(1.02 / 0.80 - 1) and not sel.hit
+    assert sel.synchronous_slowdown == pytest.approx(0.02) and sel.synchronous_hit
+    summary = summarize(group)
+    assert summary.selection_accuracy == 0.0 and summary.selection_accuracy_synchronous == 1.0

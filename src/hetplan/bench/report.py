@@ -178,6 +178,10 @@ def bias_rows(cases: list[CaseResult]) -> list[list[str]]:
     return [[k, str(len(v)), _pct(statistics.median(v))] for k, v in sorted(groups.items())]
 
 
+def _pct_or_dash(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
 def _selection_section(doc: Document, summary: Summary) -> None:
     doc.heading("Selection accuracy and plan quality")
     acc = summary.selection_accuracy
@@ -186,12 +190,16 @@ def _selection_section(doc: Document, summary: Summary) -> None:
         f"{'-' if acc is None else f'{100 * acc:.0f}%'} of the model x cluster cases "
         f"(target {100 * TARGET_SELECTION:.0f}%); exactly the fastest in "
         f"{'-' if summary.selection_exact is None else f'{100 * summary.selection_exact:.0f}%'}."
+        f" Against the synchronous cases only (the plans `plan` chooses from without "
+        f"--asynchronous): {_pct_or_dash(summary.selection_accuracy_synchronous)}."
     )
     rows = [
-        [s.model, s.cluster, s.pick, s.fastest, _pct(s.slowdown), "yes" if s.hit else "no"]
+        [s.model, s.cluster, s.pick, s.fastest, _pct(s.slowdown), "yes" if s.hit else "no",
+         _pct(s.synchronous_slowdown)]
         for s in summary.selections
-    ]
-    doc.table(["model", "cluster", "planner's pick", "fastest", "pick slowdown", "hit"], rows)
+    ]  # fmt: skip
+    doc.table(["model", "cluster", "planner's pick", "fastest", "pick slowdown", "hit",
+               "vs fastest synchronous"], rows)  # fmt: skip
     rows = [
         [model, _x(f.get("vs_dp")), _x(f.get("vs_equal_pipeline"))]
         for model, f in summary.speedups.items()

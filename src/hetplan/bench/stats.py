@@ -52,6 +52,10 @@ class Selection:
     slowdown: float
     """measured(pick) / measured(fastest) - 1 (0 when the pick is the fastest)."""
     hit: bool
+    synchronous_slowdown: float = 0.0
+    """The same against the fastest synchronous case (the plans ``plan`` chooses from
+    unless ``--asynchronous``: no PipeDream, WSP or asynchronous PS)."""
+    synchronous_hit: bool = True
 
 
 @dataclass(kw_only=True)
@@ -61,6 +65,8 @@ class Summary:
     """Median of |error| over the cases."""
     p90_error: float
     selection_accuracy: float | None
+    selection_accuracy_synchronous: float | None = None
+    """The same against the synchronous cases only (:attr:`Selection.synchronous_hit`)."""
     """Fraction of groups where the pick is within PICK_TOLERANCE of the fastest."""
     selection_exact: float | None
     """Fraction of groups where the pick is the measured fastest."""
@@ -150,6 +156,10 @@ def repeat_spreads(cases: list[CaseResult]) -> list[float]:
     return [abs(v[0] / v[1] - 1.0) for v in groups.values() if len(v) == 2]
 
 
+ASYNCHRONOUS_CASES = frozenset({"pipedream", "ps-async", "wsp"})
+"""The suite's asynchronous cases (stale weights): ``plan`` offers them only when asked."""
+
+
 def selections(cases: list[CaseResult]) -> list[Selection]:
     """One :class:`Selection` per model x cluster group that has a planner case."""
     groups: dict[tuple[str, str], list[CaseResult]] = defaultdict(list)
@@ -164,10 +174,17 @@ def selections(cases: list[CaseResult]) -> list[Selection]:
         times = pooled_times(group)
         fastest = min(group, key=lambda c: (times[id(c)], c.strategy == PLANNER))
         slowdown = times[id(pick)] / times[id(fastest)] - 1.0
+        sync = min(
+            (c for c in group if c.strategy not in ASYNCHRONOUS_CASES),
+            key=lambda c: (times[id(c)], c.strategy == PLANNER),
+        )
+        sync_slowdown = times[id(pick)] / times[id(sync)] - 1.0
         out.append(
             Selection(
                 model=model, cluster=cluster, pick=pick.label, fastest=fastest.strategy,
                 slowdown=slowdown, hit=slowdown <= PICK_TOLERANCE,
+                synchronous_slowdown=sync_slowdown,
+                synchronous_hit=sync_slowdown <= PICK_TOLERANCE,
             )
         )  # fmt: skip
     return out
@@ -239,6 +256,9 @@ def summarize(cases: list[CaseResult]) -> Summary:
         median_error=statistics.median(errs) if errs else math.nan,
         p90_error=percentile(errs, 90) if errs else math.nan,
         selection_accuracy=(sum(s.hit for s in sel) / len(sel)) if sel else None,
+        selection_accuracy_synchronous=(
+            (sum(s.synchronous_hit for s in sel) / len(sel)) if sel else None
+        ),
         selection_exact=(sum(s.slowdown <= 0 for s in sel) / len(sel)) if sel else None,
         worst_pick_slowdown=max((s.slowdown for s in sel), default=None),
         selections=sel,
