@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from hetplan.cluster.spec import Cluster, Link
 from hetplan.cost.threads import compute_kind
@@ -84,21 +86,21 @@ class Symmetry:
         out = [0] * len(self.classes)
         for shape, vectors in zip(self.shapes, sel, strict=True):
             for pos, cls in enumerate(shape.classes):
-                out[cls] = sum(v[pos] for v in vectors)
+                out[cls] = sum(map(itemgetter(pos), vectors))
         return out
 
     def size(self, sel: Selection) -> int:
-        return sum(sum(v) for vectors in sel for v in vectors)
+        # Per node in C (map): a datacenter's selections have a vector per node.
+        return sum(sum(map(sum, vectors)) for vectors in sel)
 
     def ring(self, sel: Selection) -> list[tuple[int, Link | None, Link | None, int]]:
         """``(devices on a node, intra link, network link, nodes)`` of the nodes used, for
         ``cost.comm_collectives.grouped_allreduce_time``."""
         per: dict[tuple[int, int], int] = {}
         for shape, vectors in zip(self.shapes, sel, strict=True):
-            for v in vectors:
-                k = sum(v)
+            for k, n in Counter(map(sum, vectors)).items():  # in the nodes' order, as a loop
                 if k:
-                    per[(shape.index, k)] = per.get((shape.index, k), 0) + 1
+                    per[(shape.index, k)] = per.get((shape.index, k), 0) + n
         return [(k, self.shapes[s].intra, self.shapes[s].network, n) for (s, k), n in per.items()]
 
     def devices(self, sel: Selection) -> tuple[str, ...]:
@@ -196,11 +198,13 @@ def node_level(sym: Symmetry, nodes: Sequence[int]) -> Selection:
     shape (the nodes a class uses are packed, never half-filled)."""
     out = []
     for shape in sym.shapes:
-        vectors = []
-        for i in range(len(shape.nodes)):
-            vectors.append(
-                tuple(sym.classes[c].per_node if i < nodes[c] else 0 for c in shape.classes)
-            )
+        # Node i's vector changes only where i reaches some nodes[c]: one tuple per run.
+        n = len(shape.nodes)
+        cuts = sorted({0, n, *(min(max(nodes[c], 0), n) for c in shape.classes)})
+        vectors: list[tuple[int, ...]] = []
+        for a, b in itertools.pairwise(cuts):
+            v = tuple(sym.classes[c].per_node if a < nodes[c] else 0 for c in shape.classes)
+            vectors.extend([v] * (b - a))
         out.append(tuple(vectors))
     return tuple(out)
 
