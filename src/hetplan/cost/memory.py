@@ -9,7 +9,7 @@ partitioner's layer ranges.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
@@ -496,6 +496,20 @@ _FREED_AFTER_BACKWARD = (
     "backward_workspace",
     "autocast_loss",
 )
+
+
+def with_inputs_ahead(
+    mem: MemoryBreakdown, received_bytes: float, *, micro_batch: int, ahead: int
+) -> MemoryBreakdown:
+    """``mem`` (:func:`stage_memory` of a stage after the first) with the receive buffers of
+    ``ahead`` micro-batches whose forward has not run yet added to ``stage_inputs``:
+    ``received_bytes`` per sample each, whole (nothing of them is saved yet). The runtime
+    posts a receive when the previous stage sends, so under 1F1B the next micro-batch's input
+    is in during this stage's backward (:func:`hetplan.planspec.order.received_ahead`)."""
+    extra = float(received_bytes * micro_batch * ahead)
+    if extra <= 0.0:
+        return mem
+    return replace(mem, stage_inputs=mem.stage_inputs + extra, total=mem.total + extra)
 
 
 def optimizer_step_s(

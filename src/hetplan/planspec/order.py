@@ -87,3 +87,18 @@ def recompute_held(
             best = now
         held.discard(j)
     return best
+
+
+def received_ahead(order: Order, stage: int, num_stages: int, n: int) -> int:
+    """Micro-batches whose input ``stage`` holds before their forward, beside the
+    :func:`in_flight` ones, at its peak over ``n`` micro-batches in ``order``. The runtime
+    posts a stage's receive of a micro-batch's values when the previous stage sends them
+    (run/execute/executor.py), so the buffer lives from then. Under 1F1B the previous stage
+    runs one forward ahead (its warm-up is one longer, and its next forward waits only for
+    this stage's previous backward): the next micro-batch's input is in during this stage's
+    backward, 1 when a micro-batch follows the in-flight ones. None on the first stage (its
+    input is the batch) and under GPipe (its stages peak after their last forward, every
+    input received is in flight)."""
+    if stage == 0 or order != "1f1b":
+        return 0
+    return 1 if n > in_flight(order, stage, num_stages, n) else 0

@@ -17,10 +17,12 @@ from hetplan.cost.memory import (
     ps_shard_scale,
     stage_input_kept,
     stage_memory,
+    with_inputs_ahead,
 )
 from hetplan.cost.memory_margin import Verdict, memory_margin, memory_verdict, with_margin
 from hetplan.cost.ties import stage_tied_params
 from hetplan.graph.types import ModelGraph
+from hetplan.planspec.order import received_ahead
 from hetplan.planspec.plan import Plan
 from hetplan.planspec.strategies import spec_of
 from hetplan.predict.sharded import sharded_breakdown
@@ -109,6 +111,11 @@ def plan_memory(
                 )
                 if spec.shards_state:
                     mem = sharded_breakdown(mem, plan, graph, p)
+                if s > 0:
+                    mem = with_inputs_ahead(
+                        mem, float(graph.cut_bytes[lo - 1]), micro_batch=micro_batch[p],
+                        ahead=_received_ahead(plan, s),
+                    )  # fmt: skip
                 out[dev_id] = DeviceMemory(
                     breakdown=mem,
                     ps_shard_bytes=shards.get(dev_id, 0.0),
@@ -130,11 +137,22 @@ def _held_batch(
     already count ``kept`` bytes of it (its micro-batches' inputs). None on middle stages."""
     if stage not in (0, plan.num_stages - 1):
         return 0.0
+    spec = spec_of(plan)  # WSP's window streams its iterations as PipeDream's does
     iterations = batches_held(
-        continuous=spec_of(plan).continuous, in_flight=n, micro_batches=plan.micro_batches
-    )
+        continuous=spec.continuous or spec.windowed(plan), in_flight=n,
+        micro_batches=plan.micro_batches,
+    )  # fmt: skip
     samples = batch * iterations
     return input_batch_bytes(graph.input_bytes, samples, kept if stage == 0 else 0.0)
+
+
+def _received_ahead(plan: Plan, stage: int) -> int:
+    """``planspec.order.received_ahead`` of ``stage`` (windowed plans stream their micro-batches
+    across iterations)."""
+    spec = spec_of(plan)
+    m = plan.micro_batches
+    streams = spec.continuous or spec.windowed(plan)
+    return received_ahead(spec.order, stage, plan.num_stages, m + plan.num_stages if streams else m)
 
 
 def _server_only(cluster: Cluster, dev_id: str, shard: float, flat: float) -> DeviceMemory:

@@ -72,9 +72,11 @@ class _StepState:
     recv_grad: dict[int, tuple[list[torch.Tensor], list[Any], int]] = field(default_factory=dict)
     in_grads: dict[int, list[torch.Tensor]] = field(default_factory=dict)
     sends: list[Any] = field(default_factory=list)
+    """The sends of input gradients to the previous stage, until the next forward or backward
+    (:func:`retire_grad_sends`)."""
     value_sends: dict[int, list[Any]] = field(default_factory=dict)
     """Micro-batch -> the sends of its values to the next stage, until its gradients return
-    (:meth:`Executor.retire_value_sends`)."""
+    (:func:`retire_value_sends`)."""
     losses: dict[int, torch.Tensor] = field(default_factory=dict)
     """Micro-batch -> its weighted loss (last stage)."""
 
@@ -88,6 +90,31 @@ def retire_value_sends(st: _StepState, j: int) -> None:
     window) ended instead of its in-flight ones."""
     for w in st.value_sends.pop(j, []):
         w.wait()
+
+
+def retire_grad_sends(st: _StepState) -> None:
+    """Wait on the sends of input gradients of earlier backwards, releasing their buffers
+    (each a micro-batch's cut, held since the backward that made it). Called before each
+    forward and backward compute once its inputs are in (torch's 1F1B waits them with the
+    next forward's receive): the stage then holds at most the gradients of its current
+    backward, as the memory model charges. It cannot deadlock: every rank runs its actions
+    in one global order, the previous stage posts its receive of each gradient at that send's
+    place in it (before this compute's), and gloo moves the data on its own threads once the
+    receive is posted. It waits only while the previous stage has not reached that place
+    yet; in 1F1B's steady state that stage posts the receive right after sending the values
+    this stage's forward has just received. gloo's ``is_completed()`` stays False until
+    ``wait()``, so without the waits a stage held every micro-batch's input gradients until
+    the step (PipeDream: the window) ended."""
+    for w in st.sends:
+        w.wait()
+    st.sends = []
+
+
+def retire_all_sends(st: _StepState) -> None:
+    """Wait on every send still held (the end of a flushed step or of a window)."""
+    retire_grad_sends(st)
+    for j in list(st.value_sends):
+        retire_value_sends(st, j)
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,13 +192,10 @@ class Executor:
             st.ys = torch.tensor_split(y, self.m)
         for act in self.actions:
             self._run(act)
-            # Finished sends release their buffers now, not at the step's end: a 1F1B stage
-            # must hold only its in-flight micro-batches, as the memory model charges.
+            # Finished sends release their buffers now (gloo's report it only once waited:
+            # retire_value_sends and retire_grad_sends wait them where that is safe).
             st.sends = [w for w in st.sends if not w.is_completed()]
-        for w in st.sends:
-            w.wait()
-        for j in list(st.value_sends):
-            retire_value_sends(st, j)
+        retire_all_sends(st)
         self._end()
         self.last_loss = float(sum(float(t) for t in st.losses.values())) if self.io.last else None
         return self.last_loss
@@ -291,6 +315,7 @@ class Executor:
             assert io.tin is not None
             args = p2p.assemble(io.tin, self._wait(st.recv_in.pop(j), io.stage - 1, j))
             st.inputs[j] = args
+            retire_grad_sends(st)
         start = self.stamp()
         with autocast(self.device, self.dtype), loss_context(self.sharded_logits and io.last):
             out = self._call(j, args)
@@ -329,6 +354,10 @@ class Executor:
             return False
         return self.recompute_last or not self._is_final(j)
 
+    def _before_backward(self, j: int) -> None:
+        """Hook before micro-batch ``j``'s autograd call (the window executor points its
+        weights' gradients at its iteration's)."""
+
     def _after_backward(self, j: int) -> None:
         """Hook after micro-batch ``j``'s autograd call (the window executor collects its
         gradients)."""
@@ -341,6 +370,7 @@ class Executor:
         if not io.last:
             grads = self._wait(st.recv_grad.pop(j), io.stage + 1, j)
             retire_value_sends(st, j)
+        retire_grad_sends(st)
         if final and self.ties is not None:
             tie_start = self.stamp()
             if self.ties.add_partials():
@@ -349,6 +379,7 @@ class Executor:
             self.sync.arm()
         start = self.stamp()
         out = st.outputs.pop(j)
+        self._before_backward(j)
         if io.last:
             with loss_context(self.sharded_logits):
                 torch.autograd.backward(out.float() * self.scaler.scale)

@@ -31,7 +31,7 @@ from torch.func import functional_call
 from torch.utils.checkpoint import checkpoint
 
 from hetplan.cost.comm_buckets import ddp_bucket_members, first_bucket
-from hetplan.run.execute.executor import Executor, _StepState, retire_value_sends
+from hetplan.run.execute.executor import Executor, _StepState, retire_all_sends
 from hetplan.run.execute.gradsync import Recorder
 from hetplan.schedule.types import Action
 
@@ -136,11 +136,7 @@ class WindowExecutor(Executor):
             self._run(act)
             st.sends = [s for s in st.sends if not s.is_completed()]
         if w == len(self._ends) - 1:
-            for s in st.sends:
-                s.wait()
-            st.sends = []
-            for j in list(st.value_sends):
-                retire_value_sends(st, j)
+            retire_all_sends(st)
         self._end()
         self._data.pop(w, None)
         mine = [j for j in st.losses if j // self.m == w]
@@ -202,16 +198,21 @@ class WindowExecutor(Executor):
             self.ties.grads = self._grads(act.microbatch // self.m)
         super()._backward(act)
 
+    def _before_backward(self, j: int) -> None:
+        """Micro-batch ``j``'s weights (the live ones or a stashed copy) take its iteration's
+        gradients as theirs, so that autograd adds into them in place, one layer's gradient
+        at a time, as it does into ``.grad`` across a flushed step's micro-batches (adding
+        after the backward held a whole second set of the stage's gradients at its end)."""
+        acc = self._grads(j // self.m)
+        for name, t in self._leaves[j][1].items():
+            t.grad = acc.get(name)
+
     def _after_backward(self, j: int) -> None:
-        """Add micro-batch ``j``'s gradients to its iteration's; free its weight copy."""
+        """Take micro-batch ``j``'s gradients back as its iteration's; free its weight copy."""
         v, leaves = self._leaves.pop(j)
         acc = self._grads(j // self.m)
         for name, t in leaves.items():
-            if t.grad is None:
-                continue
-            if name in acc:
-                acc[name].add_(t.grad)
-            else:
+            if t.grad is not None:
                 acc[name] = t.grad
             t.grad = None
         if v >= 0:
