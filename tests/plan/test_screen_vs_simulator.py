@@ -51,6 +51,7 @@ TOLERANCE: dict[str, tuple[float, float, str]] = {
         "slowest)",
     ),
     "gpipe": (*EXACT, "the closed form is GPipe's critical path: fill, two phases, drain"),
+    "fsdp": (*EXACT, "the same passes of gathered layers (predict.sharded.pass_times)"),
     "gpipe+tp": (*EXACT, "as gpipe"),
     "1f1b": (0.88, 1.19, ONE_F_ONE_B),
     "1f1b+tp": (

@@ -6,34 +6,37 @@ its padded shard of the model state, one micro-batch's activations and the gathe
 (``predict.sharded``), and ZeRO-3. A subset whose devices cannot each hold the whole model is
 where this family can win: its state per rank falls as ``1 / n``.
 
-Screening estimate: the slowest replica's compute, then its collectives (every micro-batch
-gathers each layer twice and reduce-scatters its gradients, over the subset's ring) hidden
-behind the compute on GPUs and added to it on CPU cores (gloo's copies use them), then the
-optimizer step on the shard and the host's DTensor cost (``predict.sharded``). The
-simulation prices the layers' passes exactly (``cost.sharded.gathered_pass``).
+Screening estimate: what the simulation prices (``predict.sharded.pass_times``: each layer at
+its slowest replica's time, its all-gathers and reduce-scatters over the subset's ring one
+gather ahead on GPUs and in series on CPU cores), from the screening's per-layer times, plus
+the shard's share of the optimizer step and the host's DTensor cost on CPU ranks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hetplan.cost.comm_collectives import ring_links, ring_phase_time_links
+import numpy as np
+
 from hetplan.cost.memory import (
     LayerBytes,
     framework_overhead_bytes,
-    grad_scale,
     is_gpu,
     layer_bytes,
-    weight_scale,
 )
-from hetplan.cost.sharded import group_gathered_bytes, layer_tensors
 from hetplan.cost.threads import compute_kind
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.replicas import expand, split_groups
 from hetplan.plan.tp import SEP
 from hetplan.planspec.batch import micro_batch_size
 from hetplan.planspec.plan import PipelinePlan, Plan, StagePlan
-from hetplan.predict.sharded import optimizer_host_s, rank_state_bytes
+from hetplan.predict.sharded import (
+    collective_times,
+    optimizer_host_s,
+    pass_times,
+    rank_state_bytes,
+    shard_share,
+)
 
 ZERO = 3  # the stage the planner proposes: FSDP2's default, the least state per rank
 
@@ -55,17 +58,19 @@ def fsdp_candidate(ctx: Context, devices: Sequence[str]) -> Candidate | None:
     m = _micro_batches(ctx, slots, [lo + (hi > 0) for lo, hi in shares], state, min_batch(shares))
     if m is None:
         return None
-    busy = {
-        s: m * ctx.pricing.step_time(s, micro_batch_size(lo + (hi > 0), m))
+    layers = {
+        s: ctx.pricing.layers(s, micro_batch_size(lo + (hi > 0), m))
         for s, (lo, hi) in zip(slots, shares, strict=True)
     }
-    comm = m * _collectives_s(ctx, list(devices))
-    step = max(ctx.pricing.optimizer_s(s, 0, len(ctx.graph.layers), ctx.optimizer) for s in slots)
-    worst = max(busy.values())
-
+    busy = {s: m * float(f.sum() + b.sum()) for s, (f, b) in layers.items()}
+    fwd = np.max([f for f, _ in layers.values()], axis=0)  # lock step: each layer's slowest
+    bwd = np.max([b for _, b in layers.values()], axis=0)
     on_cores = all(ctx.pricing.cluster.device(d).type.is_cpu for d in devices)
+    collectives = collective_times(devices, ctx.graph, ctx.pricing.cluster)
+    passes = pass_times(list(fwd), list(bwd), collectives, zero=ZERO, overlap=not on_cores)
+    step = max(ctx.pricing.optimizer_s(s, 0, len(ctx.graph.layers), ctx.optimizer) for s in slots)
     host = optimizer_host_s(ctx.graph, on_cores)
-    time_s = (worst + comm if on_cores else max(worst, comm)) + step / n + host
+    time_s = m * sum(passes) + shard_share(ctx.graph, n) * step + host
     rows = [(s, c, busy[s]) for s, c in zip(slots, counts, strict=True)]
 
     def build() -> Plan:
@@ -123,17 +128,3 @@ def _fits(ctx: Context, per: LayerBytes, slot: str, micro: int, state: float) ->
 
 
 _STATE = ("weights", "grads", "optimizer")
-
-
-def _collectives_s(ctx: Context, devices: list[str]) -> float:
-    """One micro-batch's all-gathers (forward and backward) and reduce-scatters over the
-    ring of ``devices``."""
-    links = ring_links(devices, ctx.pricing.cluster)
-    n = len(devices)
-    w, g = weight_scale(ctx.graph.dtype), grad_scale(ctx.graph.dtype)
-    total = 0.0
-    for layer in ctx.graph.layers:
-        whole = group_gathered_bytes(layer_tensors(layer), n)
-        total += 2 * ring_phase_time_links(whole * w, links)
-        total += ring_phase_time_links(whole * g, links)
-    return total

@@ -14,6 +14,7 @@ replica's shard, plus the host's cost of stepping DTensors (:data:`DTENSOR_STEP_
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from hetplan.cluster.spec import Cluster
@@ -67,13 +68,12 @@ def replica_devices(plan: Plan) -> list[str]:
 
 
 def collective_times(
-    plan: Plan, graph: ModelGraph, cluster: Cluster
+    devices: Sequence[str], graph: ModelGraph, cluster: Cluster
 ) -> tuple[list[float], list[float]]:
-    """Per layer, (all-gather s, reduce-scatter s) over the shard group's ring: the fp32
-    weights of a mixed-precision graph are gathered (FSDP2 without a mixed-precision policy),
-    its fp32 gradients scattered."""
-    devices = replica_devices(plan)
-    links = ring_links(devices, cluster)
+    """Per layer, (all-gather s, reduce-scatter s) over the ring of ``devices`` (the shard
+    group, in plan order): the fp32 weights of a mixed-precision graph are gathered (FSDP2
+    without a mixed-precision policy), its fp32 gradients scattered."""
+    links = ring_links(list(devices), cluster)
     n = len(devices)
     w, g = weight_scale(graph.dtype), grad_scale(graph.dtype)
     gathers, scatters = [], []
@@ -82,6 +82,24 @@ def collective_times(
         gathers.append(ring_phase_time_links(whole * w, links))
         scatters.append(ring_phase_time_links(whole * g, links))
     return gathers, scatters
+
+
+def pass_times(
+    fwd: Sequence[float],
+    bwd: Sequence[float],
+    collectives: tuple[Sequence[float], Sequence[float]],
+    *,
+    zero: int,
+    overlap: bool,
+) -> tuple[float, float]:
+    """(forward s, backward s) of one micro-batch in lock step: per layer the slowest
+    replica's ``fwd``/``bwd`` and the ``collectives`` (all-gathers, reduce-scatters) of
+    :func:`collective_times`, as :func:`hetplan.cost.sharded.gathered_pass` runs them (the
+    backward in reverse layer order, gathering again under ZeRO-3)."""
+    gathers, scatters = collectives
+    again = list(gathers[::-1]) if zero == 3 else [0.0] * len(gathers)
+    fwd_s = gathered_pass(fwd, gathers, overlap=overlap)
+    return fwd_s, gathered_pass(bwd[::-1], again, scatters[::-1], overlap=overlap)
 
 
 def fsdp_work(plan: Plan, graph: ModelGraph, cluster: Cluster, compute: ComputeModel) -> PricedWork:
@@ -96,12 +114,10 @@ def fsdp_work(plan: Plan, graph: ModelGraph, cluster: Cluster, compute: ComputeM
             fwd[k] = max(fwd[k], c.fwd_s)
             bwd[k] = max(bwd[k], c.bwd_s + (c.fwd_s if plan.recompute else 0.0))
             sources[(dev.type.name, graph.layers[k].name, c.source)] = None
-    gathers, scatters = collective_times(plan, graph, cluster)
+    collectives = collective_times(replica_devices(plan), graph, cluster)
     overlap = not all(d.type.is_cpu for d in devices)
-    fwd_s = gathered_pass(fwd, gathers, overlap=overlap)
-    again = gathers[::-1] if plan.zero == 3 else [0.0] * len(gathers)
-    bwd_s = gathered_pass(bwd[::-1], again, scatters[::-1], overlap=overlap)
-    share = _shard_share(graph, len(devices))
+    fwd_s, bwd_s = pass_times(fwd, bwd, collectives, zero=plan.zero, overlap=overlap)
+    share = shard_share(graph, len(devices))
     pipes = [
         PipelineWork(
             stages=(
@@ -128,7 +144,7 @@ def fsdp_work(plan: Plan, graph: ModelGraph, cluster: Cluster, compute: ComputeM
     )
 
 
-def _shard_share(graph: ModelGraph, n: int) -> float:
+def shard_share(graph: ModelGraph, n: int) -> float:
     """The fraction of the model's parameter bytes one rank's optimizer steps (its padded
     shard: an upper bound on its own rows)."""
     tensors = [layer_tensors(layer) for layer in graph.layers]
