@@ -46,8 +46,8 @@ def test_recompute_charges_stage_inputs_by_hand() -> None:
 
 def test_recompute_peak_does_not_hang_on_layer_granularity() -> None:
     """The same ResNet cut at the same place, as a few blocks or as many finer layers: the
-    recomputed stage's activations agree within 10%; charging the first layer's saved bytes
-    (what the model did) made them differ several-fold."""
+    recomputed stage's activations agree within 5% (the issue's bound); charging the first
+    layer's saved bytes (what the model did) made them differ several-fold."""
     cluster = load_cluster(CLUSTERS / "homogeneous-4gpu.yaml")
     peaks = []
     for depth in (1, 2):
@@ -60,7 +60,7 @@ def test_recompute_peak_does_not_hang_on_layer_granularity() -> None:
         ranges = stage_ranges(plan, graph)
         mem = plan_memory(plan, graph, cluster, ranges, [BATCH // M], [0.0])
         peaks.append(mem[cluster.devices[0].id].breakdown.activations)
-    assert abs(peaks[0] - peaks[1]) <= 0.10 * max(peaks), peaks
+    assert abs(peaks[0] - peaks[1]) <= 0.05 * max(peaks), peaks
 
 
 Memory = tuple[ModelGraph, Plan, list[list[tuple[int, int]]], dict[str, DeviceMemory]]

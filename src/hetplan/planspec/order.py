@@ -10,6 +10,7 @@ Training on GPU Clusters", Sec. 2.2.1). The schedule generators emit them
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,6 +31,7 @@ def stage_order(order: Order, stage: int, num_stages: int, n: int) -> list[Op]:
     return ops
 
 
+@functools.lru_cache(maxsize=4096)  # pure; a plan asks per pipeline and stage
 def in_flight(order: Order, stage: int, num_stages: int, n: int) -> int:
     """The most micro-batches ``stage`` has run forward but not yet backward, over ``n``
     micro-batches in ``order``: whose activations it holds at its peak."""
@@ -55,6 +57,7 @@ class RecomputeHeld:
     """Of ``whole``, the micro-batches not checkpointed: they also keep their received input."""
 
 
+@functools.lru_cache(maxsize=4096)  # pure; a plan asks per pipeline and stage
 def recompute_held(
     order: Order, stage: int, num_stages: int, n: int, m: int, *, except_last: bool
 ) -> RecomputeHeld:
@@ -89,6 +92,7 @@ def recompute_held(
     return best
 
 
+@functools.lru_cache(maxsize=4096)  # pure; a plan asks per pipeline and stage
 def received_ahead(order: Order, stage: int, num_stages: int, n: int) -> int:
     """Micro-batches whose input ``stage`` holds before their forward, beside the
     :func:`in_flight` ones, at its peak over ``n`` micro-batches in ``order``. The runtime

@@ -79,8 +79,12 @@ def plan_memory(
             lo, hi = ranges[p][s]
             layers = graph.layers[lo : hi + 1]
             n = spec.in_flight(s, num, plan.micro_batches)
-            held = spec.recompute_held(
-                s, num, plan.micro_batches, except_last=plan.recompute_mode == "except_last"
+            held = (
+                spec.recompute_held(
+                    s, num, plan.micro_batches, except_last=plan.recompute_mode == "except_last"
+                )
+                if plan.recompute
+                else None  # only recomputation reads it
             )
             input_bytes = float(graph.cut_bytes[lo - 1] if lo > 0 else graph.input_bytes)
             kept = stage_input_kept(
