@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from hetplan.bench.plans import plan_label, planner_pick
+from hetplan.bench.runner import comparable_memory
 from hetplan.bench.suite import cluster_path
 from hetplan.cluster import Cluster, load_cluster
 from hetplan.cost.types import ComputeModel
@@ -60,15 +61,27 @@ def repredict(results: Path, store: Path) -> list[dict[str, Any]]:
             clusters[name] = load_cluster(cluster_path(name, ROOT / "examples" / "clusters"))
         graph, compute = graphs[key]
         pred = predict(plan, graph, clusters[name], compute)
+        now = comparable_memory(pred)
         rows.append(
             {
                 "model": case["model"], "cluster": name, "strategy": case["strategy"],
                 "family": family(case), "label": case["label"],
                 "predicted_s": pred.iteration_time_s, "run_predicted_s": case["predicted_s"],
-                "measured_s": case["measured_s"],
+                "measured_s": case["measured_s"], "memory": _memory(case, now),
             }
         )  # fmt: skip
     return rows
+
+
+def _memory(case: dict[str, Any], now: dict[str, float]) -> float | None:
+    """The case's memory error re-predicted: its worst rank's (measured - predicted) /
+    predicted peak, as the suite reports it; None where no rank has both."""
+    errs = [
+        r["measured_bytes"] / now[r["device"]] - 1.0
+        for r in case.get("memory") or []
+        if r.get("measured_bytes") and now.get(r["device"], 0.0) > 0
+    ]
+    return max(errs, key=abs) if errs else None
 
 
 def _key(plan: dict[str, Any]) -> str:
@@ -126,12 +139,19 @@ def main() -> None:
             f"{r['model'][:12]:12} {r['cluster']:16} {r['label'][:36]:36} "
             f"run {1e3 * r['run_predicted_s']:7.1f} now {1e3 * r['predicted_s']:7.1f} "
             f"measured {1e3 * r['measured_s']:7.1f} ms  error {100 * error(r):+6.1f}%"
+            + ("" if r["memory"] is None else f"  memory {100 * r['memory']:+6.1f}%")
         )
     groups: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         groups[f"family {r['family']}"].append(error(r))
         groups[f"cluster {r['cluster']}"].append(error(r))
     print(f"median |error| {100 * statistics.median(abs(error(r)) for r in rows):.1f}%")
+    mem = [abs(r["memory"]) for r in rows if r["memory"] is not None]
+    if mem:
+        print(
+            f"memory: {len(mem)} cases, median |error| {100 * statistics.median(mem):.1f}%, "
+            f"max {100 * max(mem):.1f}%"
+        )
     for name in sorted(groups):
         errs = groups[name]
         print(f"{name}: {len(errs)} cases, median {100 * statistics.median(errs):+.1f}%")

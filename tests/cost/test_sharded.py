@@ -59,12 +59,17 @@ def test_rank_memory_by_hand() -> None:
     # Adam, fp32: two fp32 slots per parameter byte-for-byte (2 bytes of state per byte).
     m = rank_memory([L1, L2], 3, 2, stage=3, state_bytes_per_param_byte=2.0)
     assert m.weights == 64 + 24
-    assert m.grads == 64 + 24
     assert m.optimizer == 2.0 * (1 * 28 + 1 * 4 + 1 * 20 + 1 * 4)  # rank 2's own rows
-    assert m.gathered == 192 + 72  # the two largest groups (here both)
-    assert m.unsharded_grads == 192
+    # The backward differentiates L2 first (72 + the prefetched L1's 192 gathered, 72 whole
+    # gradients: 336 beside the shards), then L1: 192 gathered, its 192 whole gradients,
+    # L2's kept reduce-scatter input 72 and L2's gradient shard 24 = 480, the peak.
+    assert m.gathered == 192  # nothing before L1 to prefetch
+    assert m.unsharded_grads == 192 + 72
+    assert m.grads == 24
+    assert m.total == 88 + 24 + m.optimizer + 192 + 264
     z2 = rank_memory([L1, L2], 3, 0, stage=2, state_bytes_per_param_byte=2.0)
-    assert z2.gathered == 192 + 72 and z2.weights == 88
+    assert z2.gathered == 192 + 72 and z2.weights == 88  # everything gathered throughout
+    assert z2.unsharded_grads == 192 + 72 and z2.grads == 24
 
 
 def test_layer_tensors_reads_rows_and_falls_back_without_them() -> None:

@@ -30,6 +30,15 @@ from typing import Literal
 from hetplan.graph.types import LayerInfo
 
 ZeroStage = Literal[2, 3]
+
+# Reduce-scatter input buffers FSDP2 keeps alive after their collective is issued, until a
+# later group's post-backward reclaims them (``reduce_scatter_max_input_buffers``, default 1,
+# ``torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py``, torch 2.13): while a group's
+# gradients are computed the previously differentiated group's whole gradients are held. Measured
+# on vgg11, 2 gloo ranks, ZeRO-3 (docs/benchmarks.md, "Sharded data parallelism"): at the
+# peak (a 512x512 convolution's backward) its 9.44 MB weight gradient and the previous
+# group's 9.44 MB reduce-scatter input are both live.
+REDUCE_SCATTER_KEPT_BUFFERS = 1  # whole-gradient buffers of earlier groups
 ZERO_STAGES: tuple[ZeroStage, ...] = (2, 3)
 
 
@@ -129,20 +138,25 @@ def sent_bytes_per_rank(traffic: Sequence[GroupTraffic], n: int) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class ShardedMemory:
-    """Bytes one rank holds at its peak, by kind (activations are the caller's)."""
+    """Bytes one rank holds at its state's peak in the backward, by kind (activations are
+    the caller's)."""
 
     weights: float
     """Its parameter shards (padded, as FSDP2 stores them)."""
     grads: float
-    """Its gradient shards."""
+    """Its gradient shards made so far: those of the groups after the peak's (the runtime
+    sets the gradients to None before each step, and FSDP2 writes each group's shard at its
+    reduce-scatter)."""
     optimizer: float
     """Its optimizer state: the unpadded local rows' slots."""
     gathered: float
-    """Parameters gathered at once, beside the shards: the two largest groups (one computing,
-    one prefetched: FSDP2 issues the next group's all-gather ahead) under ZeRO-3, every group
-    from forward to backward under ZeRO-2."""
+    """Parameters gathered at once, beside the shards: under ZeRO-3 the group being
+    differentiated and the one before it (FSDP2 prefetches the next group of the backward),
+    under ZeRO-2 every group (gathered from forward to backward)."""
     unsharded_grads: float
-    """The largest group's whole gradients, between its backward and its reduce-scatter."""
+    """Whole gradients alive at once: the group's own, between its backward and its
+    reduce-scatter, and the reduce-scatter inputs of the :data:`REDUCE_SCATTER_KEPT_BUFFERS`
+    groups after it (differentiated just before)."""
 
     @property
     def total(self) -> float:
@@ -158,19 +172,30 @@ def rank_memory(
     state_bytes_per_param_byte: float,
     grad_scale: float = 1.0,
 ) -> ShardedMemory:
-    """What rank ``rank`` of ``n`` holds of the model's state: ``state_bytes_per_param_byte``
+    """What rank ``rank`` of ``n`` holds of the model's state (``groups`` in forward order;
+    those without parameters are no FSDP2 group) while the group where that is largest is
+    differentiated: ``state_bytes_per_param_byte``
     is the optimizer state per byte of parameter (e.g. Adam's two fp32 slots on fp32
-    parameters: 2)."""
-    shard = [group_shard_bytes(g, n) for g in groups]
+    parameters: 2). Measured on vgg11 (docs/benchmarks.md, "Sharded data parallelism"): at
+    the peak the differentiated 512x512 convolution's gathered weights and gradient, the
+    prefetched convolution before it and the kept reduce-scatter input of the one after it
+    (4 x 9.44 MB) beside the one gradient shard made so far (4.72 MB)."""
+    shard = [b for b in (group_shard_bytes(g, n) for g in groups) if b > 0]  # FSDP2's groups
     whole = [n * s for s in shard]
     local = sum(local_shard_bytes(t, n, rank) for g in groups for t in g)
-    optimizer = local * state_bytes_per_param_byte
-    grads = sum(shard) * grad_scale
-    largest = max(whole, default=0) * grad_scale
-    gathered = sum(whole) if stage == 2 else sum(sorted(whole, reverse=True)[:2])
+    best = (0.0, 0.0, 0.0)  # gathered, whole gradients, gradient shards
+    for k in range(len(whole)):
+        before = whole[k - 1] if k > 0 else 0
+        gathered = float(sum(whole) if stage == 2 else whole[k] + before)
+        kept = whole[k + 1 : k + 1 + REDUCE_SCATTER_KEPT_BUFFERS]
+        unsharded = (whole[k] + sum(kept)) * grad_scale
+        grads = sum(shard[k + 1 :]) * grad_scale
+        if gathered + unsharded + grads > sum(best):
+            best = (gathered, unsharded, grads)
+    gathered, unsharded, grads = best
     return ShardedMemory(
-        weights=sum(shard), grads=grads, optimizer=optimizer, gathered=gathered,
-        unsharded_grads=largest,
+        weights=sum(shard), grads=grads, optimizer=local * state_bytes_per_param_byte,
+        gathered=gathered, unsharded_grads=unsharded,
     )  # fmt: skip
 
 

@@ -89,6 +89,7 @@ Overhead
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from array import array
 from collections.abc import Callable, Iterable
@@ -99,6 +100,8 @@ import torch
 from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from hetplan.run.meters.fsdp_storage import follow_fsdp_resizes
 
 try:
     from torch.distributed.tensor import DTensor as _DTensor
@@ -212,6 +215,7 @@ class TensorBytesCounter:
         self._used = False
         self._history = array("q")
         """The live total right after each operator (index = the operator's)."""
+        self._resizes: contextlib.AbstractContextManager[None] | None = None
 
     # -- context -------------------------------------------------------------------------
 
@@ -227,6 +231,8 @@ class TensorBytesCounter:
         self.peak_bytes = self.current_bytes
         self._mode = _CountingMode(self)
         self._mode.__enter__()
+        self._resizes = follow_fsdp_resizes(self)
+        self._resizes.__enter__()
         return self
 
     def __exit__(
@@ -236,6 +242,9 @@ class TensorBytesCounter:
         tb: TracebackType | None,
     ) -> None:
         assert self._mode is not None
+        if self._resizes is not None:
+            self._resizes.__exit__(exc_type, exc, tb)
+            self._resizes = None
         self._mode.__exit__(exc_type, exc, tb)
         self._mode = None
         self._collect()
@@ -297,6 +306,20 @@ class TensorBytesCounter:
             self._live[ptr] = entry
             self.current_bytes += nbytes
         self._watch(t, entry)
+
+    def storage_allocated(self, tensor: torch.Tensor) -> None:
+        """``tensor``'s storage was just given memory by a resize (FSDP2's gathered
+        buffers, :mod:`hetplan.run.meters.fsdp_storage`): counted as an allocation."""
+        self._track(tensor, _storage_of(tensor), fresh=True)
+        self.peak_bytes = max(self.peak_bytes, self.current_bytes)
+
+    def storage_freeing(self, tensor: torch.Tensor) -> None:
+        """``tensor``'s storage is about to be resized to nothing: no longer counted."""
+        storage = _storage_of(tensor)
+        entry = None if storage is None else self._live.get(int(storage.data_ptr()))
+        if entry is not None:
+            self._orphans.discard(entry)
+            self._drop(entry)
 
     def _record(self, func: Any, out: Any, args: Any, kwargs: Any) -> None:
         outputs = _tensors_in(out, [])
