@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from hetplan.cluster.spec import Cluster
+from hetplan.cluster.spec import Cluster, Link
 from hetplan.cost.comm_collectives import ring_links, ring_phase_time_links
 from hetplan.cost.memory import (
     OPTIMIZER_SLOTS,
@@ -27,6 +27,7 @@ from hetplan.cost.memory import (
     optimizer_step_s,
     weight_scale,
 )
+from hetplan.cost.ps_cpu import copy_s
 from hetplan.cost.sharded import (
     ZeroStage,
     gathered_pass,
@@ -53,6 +54,14 @@ from hetplan.schedule.work import PipelineWork, PricedWork, StageWork
 # op for all tensors, not priced (not measured here: no GPU).
 DTENSOR_STEP_S_PER_TENSOR = 160e-6  # seconds per parameter tensor per step, CPU ranks
 
+# gloo's all_gather_into_tensor and reduce_scatter_tensor (FSDP2's collectives) against its
+# all_reduce of the same whole buffer, CPU ranks pinned one per core: medians over 2-4 ranks
+# and 2.4-9.4 MB of ``benchmarks/bench_gloo_shard_collectives.py`` (AG 0.53-1.06, RS
+# 1.00-1.82; 2026-11-28, docs/benchmarks.md). A ring would move half an all-reduce's bytes
+# (0.5); gloo does not reach that here. Dimensionless.
+GLOO_ALL_GATHER_VS_ALL_REDUCE = 0.9
+GLOO_REDUCE_SCATTER_VS_ALL_REDUCE = 1.35
+
 
 def optimizer_host_s(graph: ModelGraph, on_cpu: bool) -> float:
     """The DTensor step's host seconds on a CPU rank: :data:`DTENSOR_STEP_S_PER_TENSOR` per
@@ -72,16 +81,39 @@ def collective_times(
 ) -> tuple[list[float], list[float]]:
     """Per layer, (all-gather s, reduce-scatter s) over the ring of ``devices`` (the shard
     group, in plan order): the fp32 weights of a mixed-precision graph are gathered (FSDP2
-    without a mixed-precision policy), its fp32 gradients scattered."""
+    without a mixed-precision policy), its fp32 gradients scattered. On CPU ranks (gloo) each
+    moves its measured ratio of an all-reduce's bytes, plus FSDP2's copy of the buffer on the
+    slowest rank's core (:func:`gloo_collective_s`)."""
     links = ring_links(list(devices), cluster)
     n = len(devices)
+    on_cpu = all(cluster.device(d).type.is_cpu for d in devices)
+    speed = min(cluster.device(d).speed for d in devices)
     w, g = weight_scale(graph.dtype), grad_scale(graph.dtype)
     gathers, scatters = [], []
     for layer in graph.layers:
         whole = group_gathered_bytes(layer_tensors(layer), n)
-        gathers.append(ring_phase_time_links(whole * w, links))
-        scatters.append(ring_phase_time_links(whole * g, links))
+        if on_cpu:
+            gathers.append(
+                gloo_collective_s(whole * w, links, GLOO_ALL_GATHER_VS_ALL_REDUCE, speed)
+            )
+            scatters.append(
+                gloo_collective_s(whole * g, links, GLOO_REDUCE_SCATTER_VS_ALL_REDUCE, speed)
+            )
+        else:
+            gathers.append(ring_phase_time_links(whole * w, links))
+            scatters.append(ring_phase_time_links(whole * g, links))
     return gathers, scatters
+
+
+def gloo_collective_s(whole: float, links: Sequence[Link], ratio: float, speed: float) -> float:
+    """An all-gather or reduce-scatter of a ``whole``-byte buffer over CPU ranks: a ring
+    phase's ``W - 1`` message latencies, its bytes ``2 x ratio`` a phase's (``ratio`` x an
+    all-reduce's, as measured where the bytes dominate), and FSDP2's copy of the whole buffer
+    (the gathered buffer out into the parameters, the gradients into the reduce-scatter's
+    input) at :data:`hetplan.cost.ps_cpu.COPY_BANDWIDTH` on a core of ``speed``."""
+    if whole <= 0:
+        return 0.0
+    return ring_phase_time_links(2.0 * ratio * whole, links) + copy_s(whole) / speed
 
 
 def pass_times(

@@ -1,0 +1,46 @@
+"""FSDP2's collectives on CPU ranks (gloo) priced against hand counts: a ring phase's
+latencies, the measured ratio of an all-reduce's bytes, FSDP2's copy of the buffer."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetplan.cluster.spec import Link
+from hetplan.cost.ps_cpu import COPY_BANDWIDTH
+from hetplan.predict.sharded import (
+    GLOO_ALL_GATHER_VS_ALL_REDUCE,
+    GLOO_REDUCE_SCATTER_VS_ALL_REDUCE,
+    gloo_collective_s,
+)
+
+LATENCY_S = 1e-3
+BANDWIDTH = 1e9  # bytes/s
+MB = 1e6
+
+
+def _ring(n: int) -> list[Link]:
+    return [Link(kind="custom", bandwidth=BANDWIDTH, latency_s=LATENCY_S) for _ in range(n)]
+
+
+@pytest.mark.parametrize(
+    "ratio", [GLOO_ALL_GATHER_VS_ALL_REDUCE, GLOO_REDUCE_SCATTER_VS_ALL_REDUCE]
+)
+def test_gloo_collective_by_hand(ratio: float) -> None:
+    # 3 ranks, 6 MB whole: 2 steps of (1 ms + ratio x 2 x 2 MB at 1 GB/s), and a copy of
+    # 6 MB on a half-speed core
+    expected = 2 * (LATENCY_S + ratio * 2 * 2 * MB / BANDWIDTH) + 6 * MB / COPY_BANDWIDTH / 0.5
+    assert gloo_collective_s(6 * MB, _ring(3), ratio, 0.5) == pytest.approx(expected)
+
+
+def test_bytes_dominated_collective_is_the_ratio_of_an_all_reduce() -> None:
+    """Where latency and copies are negligible the all-gather costs the measured ratio of a
+    ring all-reduce of the same bytes: 2 (n - 1) / n x S / B."""
+    links = [Link(kind="custom", bandwidth=BANDWIDTH, latency_s=0.0) for _ in range(4)]
+    whole = 400 * MB
+    all_reduce = 2 * 3 / 4 * whole / BANDWIDTH
+    got = gloo_collective_s(whole, links, GLOO_ALL_GATHER_VS_ALL_REDUCE, speed=1e9)
+    assert got == pytest.approx(GLOO_ALL_GATHER_VS_ALL_REDUCE * all_reduce)
+
+
+def test_nothing_to_gather_costs_nothing() -> None:
+    assert gloo_collective_s(0.0, _ring(2), GLOO_ALL_GATHER_VS_ALL_REDUCE, 1.0) == 0.0
