@@ -244,9 +244,10 @@ def test_gpipe_stages_keep_a_cast_copy_per_micro_batch(make_cluster: ClusterFact
     assert [d.memory["cast_cache"] for d in pred.devices] == [2 * 2 * 1000, 2 * 2 * 500]
     screen = Pricing(graph=graph, cluster=clus, compute=AnalyticalCompute())
     layer_mem = screen.layer_mem(4, 2, "adam")  # 2 micro-batches of 4 samples in flight
-    # Stage-level terms predict adds: 2 bf16 activation gradients (2 x 20 B x 4 samples), and
-    # on stage 1 the received input kept for both micro-batches (20 B x 4 x 2).
-    assert [d.memory["backward_workspace"] for d in pred.devices] == [160, 160]
+    # Stage-level terms predict adds: 2 bf16 activation gradients (2 x 20 B x 4 samples) and,
+    # accumulating 2 micro-batches, the layer's fp32 gradients once more (1000 and 500
+    # parameters x 4 B); on stage 1 the received input kept for both (20 B x 4 x 2).
+    assert [d.memory["backward_workspace"] for d in pred.devices] == [160 + 4000, 160 + 2000]
     assert [d.memory.get("stage_inputs", 0) for d in pred.devices] == [0, 160]
     # The last stage reads the batch too (8 samples of 4 B); stage 0's first layer saves
     # its micro-batches' inputs already.

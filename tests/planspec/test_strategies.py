@@ -29,6 +29,10 @@ def test_in_flight_counts_by_hand() -> None:
     assert spec_of("dp").in_flight(0, 1, 1) == 1
     assert spec_of("ps").in_flight(0, 1, 4) == 1
     assert [spec_of("pipedream").stashed_versions(s, 4) for s in range(4)] == [3, 2, 1, 0]
+    # weights change once per iteration: 3 micro-batches in flight beyond the newest span at
+    # most ceil(3 / m) older versions (hand count: m = 2 -> 2, m = 8 -> 1)
+    assert [spec_of("pipedream").stashed_versions(s, 4, 2) for s in range(4)] == [2, 1, 1, 0]
+    assert [spec_of("pipedream").stashed_versions(s, 4, 8) for s in range(4)] == [1, 1, 1, 0]
     assert spec_of("1f1b").stashed_versions(0, 4) == 0
     with pytest.raises(ValueError, match="stage 4 out of range"):
         in_flight("1f1b", 4, 4, 2)

@@ -402,6 +402,7 @@ def stage_memory(
     optimizer_state: bool = True,
     ps_buffers: float = 0.0,
     batch_bytes: float = 0.0,
+    accumulates: bool = False,
 ) -> MemoryBreakdown:
     """Peak memory of a stage holding ``layers``: the per-layer model (:func:`layer_bytes`)
     summed over the stage, plus the stage-level terms.
@@ -430,7 +431,9 @@ def stage_memory(
       backward sends their gradients back; the part the stage's first layer saves anyway is
       already in the activations. With ``recompute`` only for the micro-batches not
       checkpointed (the others' stage inputs are counted in the activations),
-    - backward_workspace: :func:`backward_workspace` over the stage's layers,
+    - backward_workspace: :func:`backward_workspace` over the stage's layers, and when the
+      stage ``accumulates`` gradients over micro-batches its largest layer's gradients once
+      more (:func:`accumulation_grad_bytes`),
     - autocast_loss (mixed precision, the stage with the model's last layer):
       :func:`autocast_loss_bytes` per sample of each in-flight micro-batch (the loss is
       computed outside the recomputed stage: kept for every one),
@@ -479,12 +482,25 @@ def stage_memory(
     parts |= {
         "framework": float(framework_bytes),
         "stage_inputs": float(kept_in),
-        "backward_workspace": backward_workspace(layers, micro_batch, tp),
+        "backward_workspace": backward_workspace(layers, micro_batch, tp)
+        + (accumulation_grad_bytes(per) if accumulates else 0.0),
         "input_batch": float(batch_bytes),
     }
     transient = sum(parts[k] for k in _FREED_AFTER_BACKWARD)
     parts["comm_buffers"] = float(bucket_bytes) + max(ps_buffers - transient, 0.0)
     return MemoryBreakdown(**parts, total=sum(parts.values()))
+
+
+def accumulation_grad_bytes(per: LayerBytes) -> float:
+    """The gradient a stage holds twice while it accumulates micro-batches: the largest
+    layer's. Autograd computes a layer's new parameter gradients beside the ``.grad`` they
+    are then added into in place (``AccumulateGrad``,
+    ``torch/csrc/autograd/functions/accumulate_grad.h``: the first micro-batch's gradient
+    becomes ``.grad``, every later one is added to it), one layer at a time. Measured with
+    :class:`hetplan.run.meters.memcount.TensorBytesCounter` on two 512x512 3x3 convolutions
+    (batch 2 of 2x2 inputs, fp32): peak 37.81 MB for one micro-batch, 47.29 MB for two or
+    four, +9.48 MB = one convolution's weight and bias gradients (docs/benchmarks.md)."""
+    return float(per.grads.max()) if per.grads.size else 0.0
 
 
 # What a stage holds only between a micro-batch's forward and the end of its backward: freed

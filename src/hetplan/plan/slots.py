@@ -137,7 +137,7 @@ def slot_memory(
         devs = order[v]
         for s, d in enumerate(devs):
             flight = spec.in_flight(s, n, m)
-            stashed = spec.stashed_versions(s, n)
+            stashed = spec.stashed_versions(s, n, m)
             # Recomputation keeps one micro-batch's activations plus each in-flight stage
             # input (bounded here by the largest cut).
             kept = 1 if recompute else flight

@@ -113,10 +113,17 @@ class StrategySpec:
             self.order, stage, num_stages, n, micro_batches, except_last=except_last
         )
 
-    def stashed_versions(self, stage: int, num_stages: int) -> int:
-        """Extra weight versions ``stage`` stashes: one per micro-batch in flight beyond the
-        current one (PipeDream, Narayanan et al. 2019); none without weight stashing."""
-        return self.in_flight(stage, num_stages, 1) - 1 if self.stashes_weights else 0
+    def stashed_versions(self, stage: int, num_stages: int, micro_batches: int = 1) -> int:
+        """Extra weight versions ``stage`` stashes: one per older weight version among its
+        micro-batches in flight (PipeDream, Narayanan et al. 2019, updates per micro-batch:
+        one per micro-batch beyond the current one). Weights change once per iteration of
+        ``micro_batches``, so the ``k - 1`` in flight beyond the newest span at most
+        ``ceil((k - 1) / micro_batches)`` older versions: the runtime keeps one copy per
+        version (``run/execute/window.py``). None without weight stashing."""
+        if not self.stashes_weights:
+            return 0
+        older = self.in_flight(stage, num_stages, 1) - 1
+        return -(-older // max(micro_batches, 1))
 
     def tp_runs(self, plan: Plan) -> bool:
         return self.tensor_parallel and not self.windowed(plan)

@@ -102,7 +102,7 @@ def plan_memory(
                     dtype=graph.dtype,
                     recompute=plan.recompute,
                     held=held,
-                    stashed_versions=spec.stashed_versions(s, num),
+                    stashed_versions=spec.stashed_versions(s, num, plan.micro_batches),
                     tp=plan.tp,
                     bucket_bytes=bucket_bytes[s] if sync else 0.0,
                     framework_bytes=framework_overhead_bytes(is_gpu(dev.type)),
@@ -112,6 +112,7 @@ def plan_memory(
                     optimizer_state=not spec.hosts_parameters,
                     ps_buffers=flat,
                     batch_bytes=batch,
+                    accumulates=plan.micro_batches > 1 and not spec.shards_state,
                 )
                 if spec.shards_state:
                     mem = sharded_breakdown(mem, plan, graph, p)
