@@ -3,19 +3,27 @@ latencies, the measured ratio of an all-reduce's bytes, FSDP2's copy of the buff
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
+from hetplan.cluster import load_cluster
 from hetplan.cluster.spec import Link
 from hetplan.cost.ps_cpu import COPY_BANDWIDTH
+from hetplan.graph import build_graph
+from hetplan.planspec import ModelRef
 from hetplan.predict.sharded import (
     GLOO_ALL_GATHER_VS_ALL_REDUCE,
     GLOO_REDUCE_SCATTER_VS_ALL_REDUCE,
+    collective_times,
     gloo_collective_s,
 )
 
 LATENCY_S = 1e-3
 BANDWIDTH = 1e9  # bytes/s
 MB = 1e6
+CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 
 
 def _ring(n: int) -> list[Link]:
@@ -44,3 +52,23 @@ def test_bytes_dominated_collective_is_the_ratio_of_an_all_reduce() -> None:
 
 def test_nothing_to_gather_costs_nothing() -> None:
     assert gloo_collective_s(0.0, _ring(2), GLOO_ALL_GATHER_VS_ALL_REDUCE, 1.0) == 0.0
+
+
+def test_every_call_pays_the_clusters_collective_overhead() -> None:
+    """As an all-reduce does (cost-models §3.5): each all-gather and reduce-scatter of a layer
+    with parameters costs the cluster's per-call overhead more; a layer without parameters
+    (a pooling layer: no FSDP2 group) calls nothing."""
+    graph = build_graph(ModelRef(name="resnet-tiny", dataset="cifar10"))
+    cluster = load_cluster(CLUSTERS / "local-cpu.yaml")
+    devices = [d.id for d in cluster.devices]
+    overhead = 2e-3
+    with_call = dataclasses.replace(cluster, collective_overhead_s=overhead)
+    without = dataclasses.replace(cluster, collective_overhead_s=0.0)
+    got, base = (
+        collective_times(devices, graph, with_call),
+        collective_times(devices, graph, without),
+    )
+    for layer, g, s, g0, s0 in zip(graph.layers, *got, *base, strict=True):
+        expected = overhead if layer.param_bytes > 0 else 0.0
+        assert g - g0 == pytest.approx(expected) and s - s0 == pytest.approx(expected)
+    assert any(x.param_bytes == 0 for x in graph.layers)  # the case without a call is seen

@@ -171,22 +171,24 @@ def rank_memory(
     stage: ZeroStage = 3,
     state_bytes_per_param_byte: float,
     grad_scale: float = 1.0,
+    weight_scale: float = 1.0,
 ) -> ShardedMemory:
     """What rank ``rank`` of ``n`` holds of the model's state (``groups`` in forward order;
     those without parameters are no FSDP2 group) while the group where that is largest is
-    differentiated: ``state_bytes_per_param_byte``
-    is the optimizer state per byte of parameter (e.g. Adam's two fp32 slots on fp32
-    parameters: 2). Measured on vgg11 (docs/benchmarks.md, "Sharded data parallelism"): at
-    the peak the differentiated 512x512 convolution's gathered weights and gradient, the
-    prefetched convolution before it and the kept reduce-scatter input of the one after it
-    (4 x 9.44 MB) beside the one gradient shard made so far (4.72 MB)."""
+    differentiated. ``state_bytes_per_param_byte`` is the optimizer state per byte of
+    parameter (e.g. Adam's two fp32 slots on fp32 parameters: 2); ``weight_scale`` and
+    ``grad_scale`` the bytes of the weights and the gradients per byte of ``groups`` (fp32
+    of a bf16 graph: 2). Measured on vgg11 (docs/benchmarks.md, "Sharded data
+    parallelism"): at the peak the differentiated 512x512 convolution's gathered weights and
+    gradient, the prefetched convolution before it and the kept reduce-scatter input of the
+    one after it (4 x 9.44 MB) beside the one gradient shard made so far (4.72 MB)."""
     shard = [b for b in (group_shard_bytes(g, n) for g in groups) if b > 0]  # FSDP2's groups
     whole = [n * s for s in shard]
     local = sum(local_shard_bytes(t, n, rank) for g in groups for t in g)
     best = (0.0, 0.0, 0.0)  # gathered, whole gradients, gradient shards
     for k in range(len(whole)):
         before = whole[k - 1] if k > 0 else 0
-        gathered = float(sum(whole) if stage == 2 else whole[k] + before)
+        gathered = float(sum(whole) if stage == 2 else whole[k] + before) * weight_scale
         kept = whole[k + 1 : k + 1 + REDUCE_SCATTER_KEPT_BUFFERS]
         unsharded = (whole[k] + sum(kept)) * grad_scale
         grads = sum(shard[k + 1 :]) * grad_scale
@@ -194,7 +196,8 @@ def rank_memory(
             best = (gathered, unsharded, grads)
     gathered, unsharded, grads = best
     return ShardedMemory(
-        weights=sum(shard), grads=grads, optimizer=local * state_bytes_per_param_byte,
+        weights=sum(shard) * weight_scale, grads=grads,
+        optimizer=local * state_bytes_per_param_byte,
         gathered=gathered, unsharded_grads=unsharded,
     )  # fmt: skip
 

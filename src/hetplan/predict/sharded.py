@@ -81,8 +81,9 @@ def collective_times(
 ) -> tuple[list[float], list[float]]:
     """Per layer, (all-gather s, reduce-scatter s) over the ring of ``devices`` (the shard
     group, in plan order): the fp32 weights of a mixed-precision graph are gathered (FSDP2
-    without a mixed-precision policy), its fp32 gradients scattered. On CPU ranks (gloo) each
-    moves its measured ratio of an all-reduce's bytes, plus FSDP2's copy of the buffer on the
+    without a mixed-precision policy), its fp32 gradients scattered; each call pays the
+    cluster's per-collective overhead, as an all-reduce does. On CPU ranks (gloo) each moves
+    its measured ratio of an all-reduce's bytes, plus FSDP2's copy of the buffer on the
     slowest rank's core (:func:`gloo_collective_s`)."""
     links = ring_links(list(devices), cluster)
     n = len(devices)
@@ -92,16 +93,15 @@ def collective_times(
     gathers, scatters = [], []
     for layer in graph.layers:
         whole = group_gathered_bytes(layer_tensors(layer), n)
+        call = cluster.collective_overhead_s if whole > 0 else 0.0  # once per call, §3.5
         if on_cpu:
-            gathers.append(
-                gloo_collective_s(whole * w, links, GLOO_ALL_GATHER_VS_ALL_REDUCE, speed)
-            )
-            scatters.append(
-                gloo_collective_s(whole * g, links, GLOO_REDUCE_SCATTER_VS_ALL_REDUCE, speed)
-            )
+            gather = gloo_collective_s(whole * w, links, GLOO_ALL_GATHER_VS_ALL_REDUCE, speed)
+            scatter = gloo_collective_s(whole * g, links, GLOO_REDUCE_SCATTER_VS_ALL_REDUCE, speed)
         else:
-            gathers.append(ring_phase_time_links(whole * w, links))
-            scatters.append(ring_phase_time_links(whole * g, links))
+            gather = ring_phase_time_links(whole * w, links)
+            scatter = ring_phase_time_links(whole * g, links)
+        gathers.append(gather + call)
+        scatters.append(scatter + call)
     return gathers, scatters
 
 
@@ -219,12 +219,15 @@ def state_parts(
     w, g = weight_scale(graph.dtype), grad_scale(graph.dtype)
     state = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES / DTYPE_BYTES[graph.dtype]
     stage: ZeroStage = 3 if zero == 3 else 2
-    mem = rank_memory(groups, n, rank, stage=stage, state_bytes_per_param_byte=state, grad_scale=g)
+    mem = rank_memory(
+        groups, n, rank, stage=stage, state_bytes_per_param_byte=state, grad_scale=g,
+        weight_scale=w,
+    )  # fmt: skip
     return {
-        "weights": mem.weights * w,
+        "weights": mem.weights,
         "grads": mem.grads + mem.unsharded_grads,
         "optimizer": mem.optimizer,
-        "gathered": mem.gathered * w,
+        "gathered": mem.gathered,
     }
 
 
