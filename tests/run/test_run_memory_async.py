@@ -86,6 +86,20 @@ def _tp() -> Plan:
     )  # fmt: skip
 
 
+def _wsp() -> Plan:
+    """gpt-tiny WSP, 2 pipelines x 2 stages, staleness 1 (the quick suite's plan)."""
+    pipes = [
+        PipelinePlan(
+            stages=_stages("gpt-tiny", [[f"local.{2 * p}"], [f"local.{2 * p + 1}"]]), batch=16
+        )
+        for p in range(2)
+    ]
+    return Plan(
+        model=ModelRef(name="gpt-tiny"), strategy="hybrid", sync="wsp", staleness=1,
+        global_batch=32, micro_batches=4, pipelines=pipes,
+    )  # fmt: skip
+
+
 CASES: dict[str, tuple[Callable[[], Plan], str]] = {
     "pipedream gpt-tiny, 2 stages, batch 8, m=2, Adam": (_pipedream_gpt, "local-cpu.yaml"),
     "ps gpt-tiny, 2 workers x 16, hosts local.1 and local.2 (server-only), Adam": (
@@ -95,6 +109,7 @@ CASES: dict[str, tuple[Callable[[], Plan], str]] = {
     "pipedream resnet-tiny/cifar10, 2 stages, batch 32, m=4, Adam": (
         _pipedream_resnet, "local-cpu.yaml",
     ),
+    "wsp gpt-tiny, 2x2, D=1, m=4, SGD": (_wsp, "local-cpu-4on2.yaml"),
 }  # fmt: skip
 """The real runs of the tests below, by label: a plan and its cluster file."""
 
@@ -126,6 +141,17 @@ def test_pipedream_with_large_cuts_within_15_percent() -> None:
     until ``wait()``), +16% with its input gradients' sends waited before its next compute
     (the next micro-batch's input, received ahead, was not charged), -1% with it charged."""
     errors = _errors(_pipedream_resnet(), "local-cpu.yaml")
+    assert all(abs(e) <= WITHIN for e in errors.values()), errors
+
+
+@pytest.mark.slow
+def test_wsp_ranks_within_15_percent() -> None:
+    """WSP holds an iteration's gradients and its wave's buckets while the next iteration's
+    backwards add into their own set, and stashes weights on its first stage (walked from the
+    schedule, hetplan.schedule.window_state); charged one set of each, the quick suite's
+    gpt-tiny 2x2 measured +28% and vgg11's +50%."""
+    errors = _errors(_wsp(), "local-cpu-4on2.yaml")
+    assert len(errors) == 4
     assert all(abs(e) <= WITHIN for e in errors.values()), errors
 
 

@@ -26,6 +26,7 @@ from hetplan.planspec.order import received_ahead
 from hetplan.planspec.plan import Plan
 from hetplan.planspec.strategies import spec_of
 from hetplan.predict.sharded import sharded_breakdown
+from hetplan.predict.window_memory import WindowStates
 from hetplan.units import fmt_bytes
 
 
@@ -74,6 +75,7 @@ def plan_memory(
     shards = _ps_shards(plan, graph)
     flat = ps_flat_bytes(graph.layers, graph.dtype) if spec.hosts_parameters else 0.0
     out: dict[str, DeviceMemory] = {}
+    windows = WindowStates(plan, graph, ranges[0]) if spec.windowed(plan) else None
     for p, pipe in enumerate(plan.pipelines):
         for s, stage in enumerate(pipe.stages):
             lo, hi = ranges[p][s]
@@ -102,7 +104,9 @@ def plan_memory(
                     dtype=graph.dtype,
                     recompute=plan.recompute,
                     held=held,
-                    stashed_versions=spec.stashed_versions(s, num, plan.micro_batches),
+                    stashed_versions=(
+                        0 if windows else spec.stashed_versions(s, num, plan.micro_batches)
+                    ),  # a windowed rank's copies are walked (WindowStates)
                     tp=plan.tp,
                     bucket_bytes=bucket_bytes[s] if sync else 0.0,
                     framework_bytes=framework_overhead_bytes(is_gpu(dev.type)),
@@ -116,6 +120,8 @@ def plan_memory(
                 )
                 if spec.shards_state:
                     mem = sharded_breakdown(mem, plan, graph, p)
+                if windows is not None:
+                    mem = windows.held(dev_id, mem)
                 if s > 0:
                     mem = with_inputs_ahead(
                         mem, float(graph.cut_bytes[lo - 1]), micro_batch=micro_batch[p],

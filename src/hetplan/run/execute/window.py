@@ -34,6 +34,7 @@ from hetplan.cost.comm_buckets import ddp_bucket_members, first_bucket
 from hetplan.run.execute.executor import Executor, _StepState, retire_all_sends
 from hetplan.run.execute.gradsync import Recorder
 from hetplan.schedule.types import Action
+from hetplan.schedule.window_state import stashed_microbatches
 
 Grads = dict[str, torch.Tensor]
 Fetch = Callable[[int], tuple[torch.Tensor | None, torch.Tensor | None]]
@@ -123,7 +124,7 @@ class WindowExecutor(Executor):
         self._base, self._pos, self._cur = first_step, 0, 0
         self._s = _StepState()
         self._ends = _iteration_ends(self.actions, steps)
-        self._stashed = _stashed_microbatches(self.actions)
+        self._stashed = stashed_microbatches(self.actions)
 
     def step(self, x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> float | None:
         """Run this rank's actions up to the end of the window's next step; its loss."""
@@ -250,18 +251,3 @@ def _iteration_ends(actions: list[Action], steps: int) -> list[int]:
     for w in range(1, steps):
         ends[w] = max(ends[w], ends[w - 1])
     return ends
-
-
-def _stashed_microbatches(actions: list[Action]) -> set[int]:
-    """Micro-batches with an optimizer step between their forward and their backward here."""
-    steps_before: dict[int, int] = {}
-    out: set[int] = set()
-    done = 0
-    for act in actions:
-        if act.kind == "optimizer":
-            done += 1
-        elif act.kind == "fwd":
-            steps_before[act.microbatch] = done
-        elif act.kind == "bwd" and act.part <= 0 and done > steps_before.get(act.microbatch, done):
-            out.add(act.microbatch)
-    return out
