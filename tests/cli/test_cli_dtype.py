@@ -51,13 +51,16 @@ def test_plan_writes_the_dtype_and_predict_reads_it(
     mixed, full = _predict(bf16_plan, capsys), _predict(fp32_plan, capsys)
     for m, f in zip(mixed["devices"], full["devices"], strict=True):
         mm, fm = m["memory"], f["memory"]
-        # fp32 master weights, gradients and Adam state in both; autocast's weight copies
-        # and half-size activations only in the bf16 plan.
-        assert mm["weights"] == fm["weights"] and mm["grads"] == fm["grads"]
+        # fp32 master weights and Adam state in both; autocast's weight copies only in the
+        # bf16 plan. Gradients and buckets are fp32 in both: at most one fp32 copy of the
+        # weights each, whichever phase of the step is the peak (predict/backward_peak.py).
+        assert mm["weights"] == fm["weights"]
         assert mm["optimizer"] == fm["optimizer"] == 2 * fm["weights"]
-        assert mm["comm_buffers"] == fm["comm_buffers"]  # fp32 gradient buckets
-        assert fm["cast_cache"] == 0 < mm["cast_cache"] < fm["weights"] / 2
-        assert mm["activations"] < 0.6 * fm["activations"]
+        for held in (mm, fm):
+            assert held.get("grads", 0) <= fm["weights"]
+            assert held.get("comm_buffers", 0) <= fm["weights"]
+        assert fm.get("cast_cache", 0) == 0 < mm["cast_cache"] < fm["weights"] / 2
+        assert m["memory_bytes"] < f["memory_bytes"] + mm["cast_cache"]  # half activations
 
 
 def test_predict_builds_a_mixed_precision_plan(

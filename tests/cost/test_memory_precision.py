@@ -214,15 +214,20 @@ def test_predict_memory_by_hand_and_screening_agrees(
     held = (4 + 4 + 8 + 4) * 1500 + cast + act
     screen = Pricing(graph=graph, cluster=clus, compute=AnalyticalCompute(dtype))
     layer_mem = screen.layer_mem(4, 1, "adam", synced=True)
-    # The screening sums per-layer terms; predict adds the stage-level backward workspace
-    # (two activation gradients of one micro-batch: 2 x 40 B x 4 in fp32).
+    # The screening sums per-layer terms, an upper bound. predict takes the step's phases
+    # (predict/backward_peak.py): the one bucket (both layers' fp32 gradients) is complete at
+    # the end of the backward, when the activations and the workspace are freed; then it
+    # holds weights, Adam, gradients and bucket, 20 B per parameter (1500 of them), with
+    # autocast's copies: more than the backward of l0 (activations 100 x 4 samples, workspace
+    # 2 x 40 x 4, gradients of both layers 6000 B, no bucket yet).
     assert float(layer_mem.sum()) == pytest.approx(held, rel=1e-12)
-    work = 2 * (40 * ELEM[dtype] // 4) * 4
     assert len(pred.devices) == 2
     for dev in pred.devices:
         assert dev.memory["cast_cache"] == cast
-        assert dev.memory["backward_workspace"] == work
-        assert dev.memory_bytes - dev.memory["framework"] == held + work
+        assert dev.memory.get("backward_workspace", 0) == 0
+        assert dev.memory.get("activations", 0) == 0
+        assert dev.memory_bytes - dev.memory["framework"] == held - act
+        assert dev.memory_bytes - dev.memory["framework"] <= float(layer_mem.sum())
 
 
 def test_ps_shards_and_traffic_are_fp32_under_mixed_precision(

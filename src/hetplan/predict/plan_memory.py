@@ -25,9 +25,10 @@ from hetplan.graph.types import ModelGraph
 from hetplan.planspec.order import received_ahead
 from hetplan.planspec.plan import Plan
 from hetplan.planspec.strategies import spec_of
+from hetplan.predict.backward_peak import backward_peak
 from hetplan.predict.sharded import sharded_breakdown
 from hetplan.predict.window_memory import WindowStates
-from hetplan.units import fmt_bytes
+from hetplan.units import MiB, fmt_bytes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +77,8 @@ def plan_memory(
     flat = ps_flat_bytes(graph.layers, graph.dtype) if spec.hosts_parameters else 0.0
     out: dict[str, DeviceMemory] = {}
     windows = WindowStates(plan, graph, ranges[0]) if spec.windowed(plan) else None
+    # a flushed step's phases (predict/backward_peak.py); recomputation keeps its own count
+    flushed = spec.executor(plan) == "flushed"
     for p, pipe in enumerate(plan.pipelines):
         for s, stage in enumerate(pipe.stages):
             lo, hi = ranges[p][s]
@@ -120,6 +123,12 @@ def plan_memory(
                 )
                 if spec.shards_state:
                     mem = sharded_breakdown(mem, plan, graph, p)
+                if flushed and (held is None or held.inputs == 0):  # nothing checkpointed
+                    mem = backward_peak(
+                        mem, layers, micro_batch=micro_batch[p], micro_batches=plan.micro_batches,
+                        optimizer=plan.optimizer, dtype=graph.dtype, tp=plan.tp,
+                        bucket_cap_bytes=plan.bucket_mb * MiB,
+                    )  # fmt: skip
                 if windows is not None:
                     mem = windows.held(dev_id, mem)
                 if s > 0:

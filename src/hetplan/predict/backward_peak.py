@@ -1,0 +1,113 @@
+"""A flushed stage's peak taken over its step's phases, not as the sum of each term's largest.
+
+:func:`hetplan.cost.memory.stage_memory` adds every term at its largest: all saved
+activations, the backward's workspace, every gradient and every gradient bucket. They are not
+all alive at once on a rank whose executor flushes each step (dp, GPipe, 1F1B, hybrid):
+
+- gradient buckets (:class:`hetplan.run.execute.gradsync.BucketSync`) are flat copies made
+  during the step's *last* backward, each once its layers' gradients are in, and held until
+  the optimizer step; by then the other micro-batches' activations are freed;
+- with a single micro-batch the runtime set the gradients to None before the step, so a
+  layer's gradients exist only from its own backward on (with several, the earlier
+  micro-batches' gradients are held whole).
+
+So the stage holds, beside what every phase holds (weights, optimizer state, inputs kept,
+autocast's copies...), the largest of:
+
+1. the first backwards, every in-flight micro-batch's activations, the workspace, the
+   gradients (several micro-batches only: with one this phase is the next);
+2. the last backward at layer ``l`` (walked from the last layer back): the activations the
+   layers up to ``l`` saved, ``l``'s workspace (``BACKWARD_GRAD_BUFFERS`` output-sized
+   gradients, and the accumulation's second gradient with several micro-batches), the
+   gradients (all with several micro-batches, those of ``l`` and after with one) and the
+   buckets complete by then (every member after ``l``: the runtime's bucket assignment);
+3. the end of the backward: every gradient and every bucket.
+
+Measured (quick suite of 2026-11-28, worst rank, re-predicted): gpt-tiny dp on 4 ranks -21.4%
+(its peak is the head's backward, before any bucket and almost every gradient), vgg11 hybrid
+-23.6% (the buckets of its second stage come after its activations are freed); see
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from hetplan.cost.comm_buckets import ddp_bucket_members, first_bucket
+from hetplan.cost.memory import (
+    BACKWARD_GRAD_BUFFERS,
+    Floats,
+    MemoryBreakdown,
+    accumulation_grad_bytes,
+    layer_bytes,
+    tp_grad_tensor_bytes,
+)
+from hetplan.cost.tp import tp_output_share
+from hetplan.graph.types import LayerInfo
+
+_PHASE_TERMS = ("activations", "backward_workspace", "grads", "comm_buffers")
+"""The breakdown's terms that change between the phases (the rest is held throughout)."""
+
+
+def backward_peak(
+    mem: MemoryBreakdown,
+    layers: Sequence[LayerInfo],
+    *,
+    micro_batch: int,
+    micro_batches: int,
+    optimizer: str,
+    dtype: str,
+    tp: int,
+    bucket_cap_bytes: float,
+) -> MemoryBreakdown:
+    """``mem`` (:func:`hetplan.cost.memory.stage_memory` of a flushed stage, without
+    recomputation) with its phase terms as held at the largest phase (module docstring)."""
+    if not layers:
+        return mem
+    per = layer_bytes(layers, optimizer=optimizer, dtype=dtype, tp=tp)
+    grads = per.grads
+    total_grads = float(grads.sum())
+    after = _buckets_after(layers, dtype, tp, bucket_cap_bytes, mem.comm_buffers)
+    saved = np.cumsum(per.saved) * micro_batch
+    outs = np.asarray([x.out_bytes * tp_output_share(x, tp) for x in layers], dtype=np.float64)
+    several = micro_batches > 1
+    temp = accumulation_grad_bytes(per) if several else 0.0
+    from_l = np.cumsum(grads[::-1])[::-1]  # gradients of l..
+    held_grads = np.full(len(layers), total_grads) if several else from_l
+    workspace = BACKWARD_GRAD_BUFFERS * outs * micro_batch + temp
+    last = saved + workspace + held_grads + after
+    k = int(np.argmax(last))
+    phases = [
+        {"activations": float(saved[k]), "backward_workspace": float(workspace[k]),
+         "grads": float(held_grads[k]), "comm_buffers": float(after[k])},
+        {"activations": 0.0, "backward_workspace": 0.0, "grads": total_grads,
+         "comm_buffers": mem.comm_buffers},
+    ]  # fmt: skip
+    if several:
+        phases.append({**{t: getattr(mem, t) for t in _PHASE_TERMS}, "comm_buffers": 0.0})
+    best = max(phases, key=lambda p: sum(p.values()))
+    total = mem.total + sum(best[t] - getattr(mem, t) for t in _PHASE_TERMS)
+    return replace(mem, **best, total=total)
+
+
+def _buckets_after(
+    layers: Sequence[LayerInfo], dtype: str, tp: int, cap: float, total: float
+) -> Floats:
+    """Per layer ``l``, the bytes of the gradient buckets complete before ``l``'s backward:
+    those whose every member belongs to a layer after ``l`` (the runtime's buckets,
+    :func:`hetplan.cost.comm_buckets.ddp_bucket_members`), scaled to the stage's ``total``
+    bucket bytes (0 when its replicas do not synchronise)."""
+    out = np.zeros(len(layers))
+    if total <= 0:
+        return out
+    sizes = tp_grad_tensor_bytes(layers, dtype, tp)
+    members = ddp_bucket_members(sizes, cap, first_bucket(cap))
+    nbytes = [float(sum(sizes[i][k] for i, k in m)) for m in members]
+    scale = total / sum(nbytes) if sum(nbytes) > 0 else 0.0
+    for m, b in zip(members, nbytes, strict=True):
+        first = min(i for i, _ in m)  # the bucket is complete once this layer is done
+        out[:first] += b * scale
+    return out
