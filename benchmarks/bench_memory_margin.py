@@ -9,7 +9,8 @@ the ``--quantile`` of its ratios (at least 1) over ``1 - fragmentation`` on a GP
 it.
 
     .venv/bin/python benchmarks/bench_memory_margin.py RESULTS_JSON [--truth GPU_TRUTH]
-        [--quantile Q]     (defaults: ../shared/gpu-truth, 1.0)
+        [--quantile Q] [--store STORE]    (defaults: ../shared/gpu-truth, 1.0; with the
+        run's profile store the CPU cases are predicted again by the current model)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 from pathlib import Path
 
 from bench_memory_gpu import DEFAULT_TRUTH, one_h100
+from bench_repredict import repredicted_memory
 
 from hetplan.bench.margin import CPU, GPU, MARGIN_QUANTILE, case_peak_ratios, margin_of, peak_ratio
 from hetplan.bench.runner import comparable_memory
@@ -66,8 +68,17 @@ def main() -> None:
     ap.add_argument("results", type=Path, help="a hetplan bench results.json")
     ap.add_argument("--truth", type=Path, default=DEFAULT_TRUTH)
     ap.add_argument("--quantile", type=float, default=MARGIN_QUANTILE)
+    ap.add_argument(
+        "--store", type=Path, default=None,
+        help="the run's profile store: predict its cases again with the current model",
+    )  # fmt: skip
     args = ap.parse_args()
-    ratios = case_peak_ratios(json.loads(args.results.read_text()))
+    data = (
+        json.loads(args.results.read_text())
+        if args.store is None
+        else repredicted_memory(args.results, args.store)
+    )
+    ratios = case_peak_ratios(data)
     print("| h100/train run | measured | predicted (no framework) | measured/predicted |")
     print("|---|---|---|---|")
     for name, measured, predicted in truth_ratios(args.truth):

@@ -20,6 +20,7 @@ import argparse
 import json
 import statistics
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from hetplan.cost.types import ComputeModel
 from hetplan.graph import build_graph
 from hetplan.graph.types import ModelGraph
 from hetplan.planspec import ModelRef, Plan
-from hetplan.predict import predict
+from hetplan.predict import Prediction, predict
 from hetplan.profile.select import compute_model
 from hetplan.serde import from_data, to_data
 
@@ -45,11 +46,11 @@ def family(case: dict[str, Any]) -> str:
     return "ps-async" if plan.get("ps_async") else str(plan["strategy"])
 
 
-def repredict(results: Path, store: Path) -> list[dict[str, Any]]:
+def predictions(results: Path, store: Path) -> Iterator[tuple[dict[str, Any], Prediction]]:
+    """Each case of a bench run with its plan predicted again by the current model."""
     data = json.loads(results.read_text())
     graphs: dict[tuple[str, str | None], tuple[ModelGraph, ComputeModel]] = {}
     clusters: dict[str, Cluster] = {}
-    rows = []
     for case in data["cases"]:
         plan = from_data(Plan, case["plan"], str(results))
         key = (plan.model.name, plan.model.dataset)
@@ -60,7 +61,23 @@ def repredict(results: Path, store: Path) -> list[dict[str, Any]]:
         if name not in clusters:
             clusters[name] = load_cluster(cluster_path(name, ROOT / "examples" / "clusters"))
         graph, compute = graphs[key]
-        pred = predict(plan, graph, clusters[name], compute)
+        yield case, predict(plan, graph, clusters[name], compute)
+
+
+def repredicted_memory(results: Path, store: Path) -> dict[str, Any]:
+    """The run's results with every rank's predicted peak memory from the current model."""
+    cases = []
+    for case, pred in predictions(results, store):
+        now = comparable_memory(pred)
+        memory = [{**r, "predicted_bytes": now.get(r["device"], 0.0)} for r in case["memory"]]
+        cases.append({**case, "memory": memory})
+    return {**json.loads(results.read_text()), "cases": cases}
+
+
+def repredict(results: Path, store: Path) -> list[dict[str, Any]]:
+    rows = []
+    for case, pred in predictions(results, store):
+        name = case["cluster"]
         now = comparable_memory(pred)
         rows.append(
             {

@@ -42,11 +42,13 @@ from hetplan.cost.memory import (
     Floats,
     MemoryBreakdown,
     accumulation_grad_bytes,
+    grad_scale,
     layer_bytes,
     tp_grad_tensor_bytes,
 )
 from hetplan.cost.tp import tp_output_share
 from hetplan.graph.types import LayerInfo
+from hetplan.planspec.dtypes import DTYPE_BYTES
 
 _PHASE_TERMS = ("activations", "backward_workspace", "grads", "comm_buffers")
 """The breakdown's terms that change between the phases (the rest is held throughout)."""
@@ -62,20 +64,23 @@ def backward_peak(
     dtype: str,
     tp: int,
     bucket_cap_bytes: float,
+    first: int = 0,
 ) -> MemoryBreakdown:
     """``mem`` (:func:`hetplan.cost.memory.stage_memory` of a flushed stage, without
-    recomputation) with its phase terms as held at the largest phase (module docstring)."""
+    recomputation) with its phase terms as held at the largest phase (module docstring);
+    ``first``: the graph index of ``layers[0]`` (where tied weights' owners are found)."""
     if not layers:
         return mem
     per = layer_bytes(layers, optimizer=optimizer, dtype=dtype, tp=tp)
-    grads = per.grads
-    total_grads = float(grads.sum())
+    grads = _grads_made(layers, per.grads, first, dtype)
+    total_grads = mem.grads
+    untracked = max(total_grads - float(grads.sum()), 0.0)  # a tied copy's: held throughout
     after = _buckets_after(layers, dtype, tp, bucket_cap_bytes, mem.comm_buffers)
     saved = np.cumsum(per.saved) * micro_batch
     outs = np.asarray([x.out_bytes * tp_output_share(x, tp) for x in layers], dtype=np.float64)
     several = micro_batches > 1
     temp = accumulation_grad_bytes(per) if several else 0.0
-    from_l = np.cumsum(grads[::-1])[::-1]  # gradients of l..
+    from_l = np.cumsum(grads[::-1])[::-1] + untracked  # gradients made by l's backward
     held_grads = np.full(len(layers), total_grads) if several else from_l
     workspace = BACKWARD_GRAD_BUFFERS * outs * micro_batch + temp
     last = saved + workspace + held_grads + after
@@ -110,4 +115,19 @@ def _buckets_after(
     for m, b in zip(members, nbytes, strict=True):
         first = min(i for i, _ in m)  # the bucket is complete once this layer is done
         out[:first] += b * scale
+    return out
+
+
+def _grads_made(layers: Sequence[LayerInfo], grads: Floats, first: int, dtype: str) -> Floats:
+    """Per layer, the gradient bytes its backward makes first: its own parameters', and a
+    tied weight's at the latest layer using it (the output projection of a GPT, run first in
+    the backward), not at its owner's (the embedding, where it is only added to)."""
+    out = np.array(grads, dtype=np.float64)
+    per_param = DTYPE_BYTES[dtype] * grad_scale(dtype)
+    for j, x in enumerate(layers):
+        owner = x.shared_owner - first
+        if x.shared_params > 0 and 0 <= owner < j:
+            moved = min(x.shared_params * per_param, out[owner])
+            out[owner] -= moved
+            out[j] += moved
     return out

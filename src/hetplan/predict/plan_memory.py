@@ -127,7 +127,7 @@ def plan_memory(
                     mem = backward_peak(
                         mem, layers, micro_batch=micro_batch[p], micro_batches=plan.micro_batches,
                         optimizer=plan.optimizer, dtype=graph.dtype, tp=plan.tp,
-                        bucket_cap_bytes=plan.bucket_mb * MiB,
+                        bucket_cap_bytes=plan.bucket_mb * MiB, first=lo,
                     )  # fmt: skip
                 if windows is not None:
                     mem = windows.held(dev_id, mem)
