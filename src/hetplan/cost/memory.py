@@ -113,6 +113,11 @@ class MemoryBreakdown:
     """Sharded data parallelism: layers' weights gathered at once beside the shards
     (:mod:`hetplan.cost.sharded`)."""
 
+    def with_terms(self, **terms: float) -> MemoryBreakdown:
+        """This breakdown with ``terms`` replaced and the total following them."""
+        total = self.total + sum(v - getattr(self, k) for k, v in terms.items())
+        return replace(self, **terms, total=total)
+
 
 # While autograd differentiates a layer, the gradient of its output and the gradient of its
 # input are both alive (the first is freed after the layer's backward): two activation-sized
@@ -525,7 +530,7 @@ def with_inputs_ahead(
     extra = float(received_bytes * micro_batch * ahead)
     if extra <= 0.0:
         return mem
-    return replace(mem, stage_inputs=mem.stage_inputs + extra, total=mem.total + extra)
+    return mem.with_terms(stage_inputs=mem.stage_inputs + extra)
 
 
 def optimizer_step_s(

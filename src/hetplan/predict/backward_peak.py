@@ -32,7 +32,6 @@ docs/benchmarks.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 
@@ -93,9 +92,7 @@ def backward_peak(
     ]  # fmt: skip
     if several:
         phases.append({**{t: getattr(mem, t) for t in _PHASE_TERMS}, "comm_buffers": 0.0})
-    best = max(phases, key=lambda p: sum(p.values()))
-    total = mem.total + sum(best[t] - getattr(mem, t) for t in _PHASE_TERMS)
-    return replace(mem, **best, total=total)
+    return mem.with_terms(**max(phases, key=lambda p: sum(p.values())))
 
 
 def _buckets_after(

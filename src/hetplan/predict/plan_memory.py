@@ -107,9 +107,7 @@ def plan_memory(
                     dtype=graph.dtype,
                     recompute=plan.recompute,
                     held=held,
-                    stashed_versions=(
-                        0 if windows else spec.stashed_versions(s, num, plan.micro_batches)
-                    ),  # a windowed rank's copies are walked (WindowStates)
+                    # no stashed_versions: every stashing plan is windowed, its copies walked
                     tp=plan.tp,
                     bucket_bytes=bucket_bytes[s] if sync else 0.0,
                     framework_bytes=framework_overhead_bytes(is_gpu(dev.type)),

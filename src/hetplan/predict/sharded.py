@@ -15,7 +15,6 @@ replica's shard, plus the host's cost of stepping DTensors (:data:`DTENSOR_STEP_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from hetplan.cluster.spec import Cluster, Link
 from hetplan.cost.comm_collectives import ring_links, ring_phase_time_links
@@ -204,9 +203,7 @@ def sharded_breakdown(
     (``grads``); no gradient buckets. Weights and gradients in fp32 under mixed precision,
     as FSDP2 keeps them without a mixed-precision policy."""
     parts = state_parts(graph, len(plan.pipelines), plan.optimizer, zero=plan.zero, rank=replica)
-    parts["comm_buffers"] = 0.0
-    total = whole.total + sum(parts[k] - getattr(whole, k) for k in parts)
-    return replace(whole, **parts, total=total)
+    return whole.with_terms(**parts, comm_buffers=0.0)
 
 
 def state_parts(

@@ -4,12 +4,10 @@ weight copies at the rank's peak, in place of one set of each."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from hetplan.cost.memory import MemoryBreakdown, tp_grad_tensor_bytes
 from hetplan.graph.types import ModelGraph
 from hetplan.planspec.plan import Plan
-from hetplan.schedule.plan_schedule import device_actions, execution_schedule
+from hetplan.schedule.plan_schedule import execution_schedule
 from hetplan.schedule.window_state import WindowState, window_state
 
 # Iterations of the window walked: enough for the steady state of a wave all-reduce with
@@ -26,30 +24,25 @@ class WindowStates:
             for lo, hi in ranges
         ]
         iterations = plan.staleness + WINDOW_ITERATIONS_BEYOND_STALENESS
-        self._schedule = execution_schedule(plan, tensors, iterations)
+        # each rank's actions in order, as device_actions gives them (built once for all)
+        self._per_device = execution_schedule(plan, tensors, iterations).per_device()
 
     def held(self, device: str, mem: MemoryBreakdown) -> MemoryBreakdown:
         """``mem`` (``device``'s breakdown with one gradient set and no stashed copy) with
         the walked state: the gradients ``gradient_sets`` times, the wave buckets walked,
         ``weight_copies`` stashed copies of the weights, at the larger of the peak during a
         backward (with ``mem``'s backward workspace) and the peak outside one (without)."""
-        actions = device_actions(self._schedule, device)
+        actions = [a for _, a in self._per_device.get(device, [])]
         peaks = window_state(actions, mem.grads, mem.weights)
         during = with_window_state(mem, peaks.in_backward)
-        outside = replace(
-            with_window_state(mem, peaks.outside),
-            backward_workspace=0.0,
-        )
-        outside = replace(outside, total=outside.total - mem.backward_workspace)
+        outside = with_window_state(mem, peaks.outside).with_terms(backward_workspace=0.0)
         return during if during.total >= outside.total else outside
 
 
 def with_window_state(mem: MemoryBreakdown, state: WindowState) -> MemoryBreakdown:
     """``mem`` with ``state``'s gradient sets, bucket bytes and weight copies."""
-    parts = {
-        "grads": mem.grads * state.gradient_sets,
-        "comm_buffers": state.bucket_bytes,
-        "stashed_weights": mem.weights * state.weight_copies,
-    }
-    total = mem.total + sum(parts[k] - getattr(mem, k) for k in parts)
-    return replace(mem, **parts, total=total)
+    return mem.with_terms(
+        grads=mem.grads * state.gradient_sets,
+        comm_buffers=state.bucket_bytes,
+        stashed_weights=mem.weights * state.weight_copies,
+    )
