@@ -124,7 +124,8 @@ def wait_for_rendezvous(node: NodeRun, timeout_s: float, say: Callable[[str], No
             waited = "up to " if next_say == start else f"{now - start:.0f} s of "
             say(f"node {me}: waiting for node {first}'s rendezvous at {endpoint} "
                 f"({waited}{timeout_s:g} s)")  # fmt: skip
-            next_say = now + SAY_EVERY_S
+            # on a fixed grid from the start: a late probe does not push every later line
+            next_say = start + SAY_EVERY_S * ((now - start) // SAY_EVERY_S + 1)
         time.sleep(max(0.0, min(tried + PROBE_S, deadline) - now))
 
 
