@@ -22,6 +22,8 @@ STRATEGIES: list[tuple[str, dict[str, object]]] = [
     ("pipedream", {"pp": 2}),
     ("hybrid", {"pp": 2}),
     ("hybrid", {"pp": 2, "sync": "wsp", "staleness": 1}),
+    ("fsdp", {}),
+    ("fsdp", {"zero": 1}),
 ]
 
 

@@ -19,7 +19,7 @@ from hetplan.graph.types import ModelGraph
 from hetplan.plan.objective import parse_objective
 from hetplan.plan.search import Ranking, SearchOptions, search
 from hetplan.planspec import ModelRef, Plan
-from hetplan.planspec.strategies import ASYNC_VARIANTS, spec_of
+from hetplan.planspec.strategies import SUITE_VARIANTS, spec_of
 from hetplan.predict import plan_from_options
 from hetplan.run.setup.model import source_for
 from hetplan.run.train import check_plan
@@ -27,8 +27,9 @@ from hetplan.run.train import check_plan
 VARIANT_FIELDS: dict[str, dict[str, Any]] = {
     "ps-async": {"ps_async": True, "staleness": SUITE_STALENESS},
     "wsp": {"sync": "wsp", "staleness": SUITE_STALENESS},
+    "zero1": {"zero": 1},
 }
-"""The plan fields of each asynchronous variant the suite runs (keys: ``ASYNC_VARIANTS``)."""
+"""The plan fields of each variant the suite runs (keys: ``SUITE_VARIANTS``)."""
 
 
 def fixed_plan(
@@ -44,7 +45,7 @@ def fixed_plan(
             graph, cluster, model=ref, strategy="dp", batch=batch, dp=n // TP_DEGREE,
             tp=TP_DEGREE,
         )  # fmt: skip
-    base = ASYNC_VARIANTS.get(strategy, strategy)
+    base = SUITE_VARIANTS.get(strategy, strategy)
     spec = spec_of(base)
     fields: dict[str, Any] = dict(VARIANT_FIELDS.get(strategy, {}))
     if spec.hosts_parameters:  # a server shard on every worker
@@ -76,6 +77,8 @@ def plan_label(plan: Plan) -> str:
     if plan.strategy == "ps":
         mode = f"async s={plan.staleness}" if plan.ps_async else "sync"
         return f"ps x{len(plan.pipelines)} {mode} b={batches}"
+    if plan.strategy == "fsdp":
+        return f"fsdp x{len(plan.pipelines)} zero-{plan.zero} m={plan.micro_batches} b={batches}"
     if plan.sync == "wsp":
         return (
             f"wsp D={plan.staleness} {len(plan.pipelines)}x{len(pipe.stages)} "

@@ -31,7 +31,7 @@ issue 27), so the suite measures the pick a user gets."""
 ASYNC_VARIANTS = tuple(_VARIANTS)
 """Run as fixed strategies, since the planner does not propose them: an asynchronous
 parameter server and HetPipe's wave-synchronous hybrid, both with bound ``SUITE_STALENESS``."""
-BENCH_STRATEGIES = (*EXECUTABLE_FAMILIES, *ASYNC_VARIANTS, "tp")
+BENCH_STRATEGIES = (*EXECUTABLE_FAMILIES, *ASYNC_VARIANTS, "zero1", "tp")
 TP_DEGREE = 2
 """The fixed tensor-parallel case: data parallel over groups of ``TP_DEGREE`` devices."""
 TP_MIN_RANKS = 2 * TP_DEGREE
@@ -125,7 +125,7 @@ def cluster_path(name: str, directory: Path | None) -> Path:
 def strategies(ranks: int, tensor_parallel: bool = False) -> list[str]:
     """Fixed strategies run on a cluster of ``ranks`` (plus the planner's pick);
     ``tensor_parallel``: the model has layers tensor parallelism splits."""
-    out = ["dp", "fsdp", "ps", "ps-async", *PIPELINES, "pipedream"]
+    out = ["dp", "fsdp", "zero1", "ps", "ps-async", *PIPELINES, "pipedream"]
     if ranks >= HYBRID_MIN_RANKS:
         out += ["hybrid", "wsp"]
     if tensor_parallel and ranks >= TP_MIN_RANKS:

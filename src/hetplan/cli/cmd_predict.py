@@ -69,6 +69,13 @@ def predict_cmd(
         str | None, typer.Option(help="ps: shard hosts (default: one on every worker).")
     ] = None,
     ps_async: Annotated[bool, typer.Option("--ps-async", help="Asynchronous PS.")] = False,
+    zero: Annotated[
+        int | None,
+        typer.Option(
+            "--zero",
+            help="fsdp: the ZeRO stage, 1 (optimizer state sharded), 2 or 3 (FSDP2; default).",
+        ),
+    ] = None,
     recompute: Annotated[
         bool, typer.Option("--recompute", help="Activation recomputation.")
     ] = False,
@@ -119,6 +126,7 @@ def predict_cmd(
                 "--staleness": staleness != 0,
                 "--ps-devices": ps_devices is not None,
                 "--ps-async": ps_async,
+                "--zero": zero is not None,
                 "--recompute": recompute,
                 "--recompute-mode": recompute_mode is not None,
             }
@@ -133,7 +141,7 @@ def predict_cmd(
             devices=_names(devices), optimizer=optimizer, sync=sync, staleness=staleness,
             ps_devices=_names(ps_devices), ps_async=ps_async,
             recompute=recompute or recompute_mode is not None,
-            recompute_mode=recompute_mode or "all",
+            recompute_mode=recompute_mode or "all", zero=zero,
         )  # fmt: skip
     req = PredictRequest(
         cluster=cluster, model=model, plan_file=plan_file, build=build, dataset=dataset,

@@ -55,7 +55,8 @@ def print_prediction(pred: Prediction) -> None:
     ok = "[green]feasible[/]" if pred.feasible else "[red]feasible: false[/]"
     if pred.feasible and pred.memory_warnings:
         ok = "[yellow]feasible, but may not fit[/]"
-    console.print(f"{pred.strategy}: {ok}   cost source: {pred.cost_source}")
+    zero = f" zero-{pred.zero}" if pred.zero is not None else ""
+    console.print(f"{pred.strategy}{zero}: {ok}   cost source: {pred.cost_source}")
     for reason in pred.infeasible_reasons:
         console.print(f"  [red]does not fit[/] {reason}")
     for warning in pred.memory_warnings:

@@ -246,3 +246,18 @@ def gathered_pass(
         if scatter_s:
             comm = max(comm, clock) + scatter_s[k]
     return max(clock, comm)
+
+
+def zero1_partition(elements: Sequence[int], n: int) -> list[list[int]]:
+    """ZeRO-1's owners: per rank of ``n``, the indices of the tensors (of ``elements``
+    elements each, in the module's parameter order) whose optimizer state it keeps and whose
+    values it broadcasts. torch's ``ZeroRedundancyOptimizer._partition_parameters``: tensors
+    largest first (a stable sort), each to the rank with the fewest elements so far (the
+    lowest such rank on ties)."""
+    owned: list[list[int]] = [[] for _ in range(n)]
+    sizes = [0] * n
+    for i in sorted(range(len(elements)), key=lambda k: -elements[k]):
+        rank = sizes.index(min(sizes))
+        owned[rank].append(i)
+        sizes[rank] += elements[i]
+    return owned

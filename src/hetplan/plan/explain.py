@@ -74,6 +74,13 @@ def _sharded(best: Ranked) -> str:
     if not spec_of(plan).shards_state:
         return ""
     n = len(plan.pipelines)
+    if spec_of(plan).shards_optimizer_only(plan):
+        state = max(d.memory.get("optimizer", 0.0) for d in best.prediction.devices)
+        return (
+            f"{best.candidate.label}: each device holds about 1/{n} of the optimizer state "
+            f"({fmt_bytes(state)} at most) beside whole weights and gradients, steps the "
+            "parameters it owns and broadcasts them (ZeRO-1, torch's ZeroRedundancyOptimizer)"
+        )
     held = max(
         sum(d.memory.get(k, 0.0) for k in ("weights", "grads", "optimizer"))
         for d in best.prediction.devices

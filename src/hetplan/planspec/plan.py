@@ -24,8 +24,9 @@ RECOMPUTE_TEXT: dict[RecomputeMode, str] = {
 }
 """How ``predict``, the plan page and the plan table name a recompute mode."""
 
-ZERO_STAGES = (2, 3)
-"""ZeRO stages a ``fsdp`` plan may name (``hetplan.cost.sharded``)."""
+ZERO_STAGES = (1, 2, 3)
+"""ZeRO stages a ``fsdp`` plan may name (``hetplan.cost.sharded``): 1 shards the optimizer
+state only (torch's ``ZeroRedundancyOptimizer``), 2 and 3 run FSDP2."""
 
 MAX_BATCH = 2**31 - 1
 """Largest global batch, samples per iteration: far above any real one; below it the batch
@@ -100,9 +101,12 @@ class Plan:
     bucket_mb: float = 25.0
     """Gradient bucket cap in MB (DistributedDataParallel's bucket_cap_mb)."""
     zero: int = 3
-    """fsdp only: ZeRO stage as FSDP2 runs it: 3 gathers each layer again for its backward
-    (``reshard_after_forward=True``, the default), 2 keeps it gathered from forward to
-    backward (one all-gather per micro-batch, every layer held meanwhile)."""
+    """fsdp only: the ZeRO stage. 3 and 2 run FSDP2: 3 gathers each layer again for its
+    backward (``reshard_after_forward=True``, the default), 2 keeps it gathered from forward
+    to backward (one all-gather per micro-batch, every layer held meanwhile). 1 shards only
+    the optimizer state (torch's ``ZeroRedundancyOptimizer``): every replica holds the whole
+    weights and gradients, all-reduces the gradients as ``dp`` does, steps the parameters it
+    owns and broadcasts them."""
     cluster: str | None = None
     """Name of the cluster the plan was made for (informative)."""
     cluster_digest: str | None = None
@@ -175,7 +179,7 @@ def _check_plan(plan: Plan) -> None:
 
 def _check_recompute(plan: Plan) -> None:
     if plan.zero not in ZERO_STAGES:  # with recompute: the per-plan training options
-        raise ValueError(f"zero: expected one of 2, 3 (got {plan.zero!r})")
+        raise ValueError(f"zero: expected one of 1, 2, 3 (got {plan.zero!r})")
     if plan.recompute_mode not in RECOMPUTE_MODES:
         raise ValueError(
             f"recompute_mode: expected one of {', '.join(RECOMPUTE_MODES)} "

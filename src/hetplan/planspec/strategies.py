@@ -73,8 +73,9 @@ class StrategySpec:
     """Parameter servers hold the weights: replicas push gradients and pull weights instead
     of all-reducing."""
     shards_state: bool = False
-    """Each replica holds a shard of the weights, gradients and optimizer state (ZeRO, FSDP2):
-    layers are gathered for their use and gradients reduce-scattered, no all-reduce."""
+    """Each replica holds a shard of the training state (ZeRO): of the optimizer state only
+    (``zero`` 1), or of the weights, gradients and optimizer state too (2 and 3, FSDP2:
+    :meth:`gathers_weights`)."""
     asynchronous_if: PlanRule = _never
     """A forward pass may use weights that miss a completed update."""
     windowed_if: PlanRule = _never
@@ -92,11 +93,21 @@ class StrategySpec:
             return "window"
         if self.hosts_parameters:
             return "ps-async" if self.asynchronous(plan) else "ps"
-        return "fsdp" if self.shards_state else "flushed"
+        return "fsdp" if self.gathers_weights(plan) else "flushed"
+
+    def gathers_weights(self, plan: Plan) -> bool:
+        """Weights and gradients are sharded too (ZeRO-2/3, FSDP2): layers are gathered for
+        their use and gradients reduce-scattered, no all-reduce."""
+        return self.shards_state and plan.zero >= 2
+
+    def shards_optimizer_only(self, plan: Plan) -> bool:
+        """Only the optimizer state is sharded (ZeRO-1): gradients all-reduced as ``dp``
+        does, each owner steps its parameters and broadcasts them."""
+        return self.shards_state and plan.zero == 1
 
     def syncs_replicas(self, plan: Plan) -> bool:
         """Replicas all-reduce their gradients (several pipelines, no parameter server)."""
-        return len(plan.pipelines) > 1 and not (self.hosts_parameters or self.shards_state)
+        return len(plan.pipelines) > 1 and not (self.hosts_parameters or self.gathers_weights(plan))
 
     def in_flight(self, stage: int, num_stages: int, micro_batches: int) -> int:
         """Micro-batches whose activations ``stage`` holds at its peak, from the order."""
@@ -184,7 +195,7 @@ SPECS: dict[str, StrategySpec] = {
             asynchronous_if=_wsp, windowed_if=_wsp,
         ),
         StrategySpec(
-            name="fsdp", title="sharded data parallelism (FSDP2, ZeRO-3): a replica per device",
+            name="fsdp", title="sharded data parallelism (ZeRO-1/2/3; FSDP2): a replica per device",
             shape="replicas", order="1f1b", shards_state=True,
         ),
     )
@@ -228,3 +239,6 @@ only with bsp synchronisation)."""
 ASYNC_VARIANTS: dict[str, Strategy] = {"ps-async": "ps", "wsp": "hybrid"}
 """Named asynchronous variants of a strategy (set by the plan's fields ``ps_async`` and
 ``sync``), as the benchmark suite runs them."""
+SUITE_VARIANTS: dict[str, Strategy] = {**ASYNC_VARIANTS, "zero1": "fsdp"}
+"""Every named variant the benchmark suite runs: the asynchronous ones and ZeRO-1 (field
+``zero``)."""

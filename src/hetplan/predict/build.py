@@ -219,8 +219,12 @@ def plan_from_options(
     recompute: bool = False,
     recompute_mode: str = "all",
     bucket_mb: float = 25.0,
+    zero: int | None = None,
 ) -> Plan:
-    """A :class:`Plan` from the common options; InputError names the offending option."""
+    """A :class:`Plan` from the common options; InputError names the offending option
+    (``zero``: the ZeRO stage of an ``fsdp`` plan, None for the plan's default)."""
+    if zero is not None and strategy != "fsdp":
+        raise InputError(f"--zero {zero}: only strategy fsdp has ZeRO stages (got {strategy})")
     shape = plan_shape(
         cluster, strategy=strategy, batch=batch, dp=dp, pp=pp, tp=tp,
         micro_batches=micro_batches, micro_batch_size=micro_batch_size, partition=partition,
@@ -273,4 +277,6 @@ def plan_from_options(
         "bucket_mb": bucket_mb,
         "cluster": cluster.name,
     }
+    if zero is not None:
+        data["zero"] = zero
     return from_data(Plan, data, "options")

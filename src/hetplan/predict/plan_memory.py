@@ -28,6 +28,7 @@ from hetplan.planspec.strategies import spec_of
 from hetplan.predict.backward_peak import backward_peak
 from hetplan.predict.sharded import sharded_breakdown
 from hetplan.predict.window_memory import WindowStates
+from hetplan.predict.zero1 import owned_fractions
 from hetplan.units import MiB, fmt_bytes
 
 
@@ -75,6 +76,8 @@ def plan_memory(
     sync = spec.syncs_replicas(plan)
     shards = _ps_shards(plan, graph)
     flat = ps_flat_bytes(graph.layers, graph.dtype) if spec.hosts_parameters else 0.0
+    zero1 = spec.shards_optimizer_only(plan)
+    owned = owned_fractions(graph, len(plan.pipelines)) if zero1 else []
     out: dict[str, DeviceMemory] = {}
     windows = WindowStates(plan, graph, ranges[0]) if spec.windowed(plan) else None
     # a flushed step's phases (predict/backward_peak.py); recomputation keeps its own count
@@ -117,10 +120,12 @@ def plan_memory(
                     optimizer_state=not spec.hosts_parameters,
                     ps_buffers=flat,
                     batch_bytes=batch,
-                    accumulates=plan.micro_batches > 1 and not spec.shards_state,
+                    accumulates=plan.micro_batches > 1 and not spec.gathers_weights(plan),
                 )
-                if spec.shards_state:
+                if spec.gathers_weights(plan):
                     mem = sharded_breakdown(mem, plan, graph, p)
+                elif zero1:  # ZeRO-1: its owned tensors' state
+                    mem = mem.with_terms(optimizer=mem.optimizer * owned[p])
                 if flushed and (held is None or held.inputs == 0):  # nothing checkpointed
                     mem = backward_peak(
                         mem, layers, micro_batch=micro_batch[p], micro_batches=plan.micro_batches,

@@ -93,6 +93,8 @@ class Prediction:
     catalog: ``cost_source``'s labels, layer by layer)."""
     recompute: str = "off"
     """Which micro-batches the plan recomputes, in words (``Plan.recompute_text``)."""
+    zero: int | None = None
+    """A sharded (``fsdp``) plan's ZeRO stage; None for other strategies."""
     interval: Interval | None = None
     """Where the measured iteration time should fall (:mod:`hetplan.predict.error_bars`); set
     by the flows that know the profile store, None from :func:`predict` itself."""
@@ -200,6 +202,7 @@ def predict(
         memory_warnings=memory_warnings(memory),
         strategy=plan.strategy,
         recompute=plan.recompute_text,
+        zero=plan.zero if plan.strategy == "fsdp" else None,
         iteration_time_s=t_iter,
         samples_per_s=timeline.samples_per_s,
         global_batch=plan.global_batch,

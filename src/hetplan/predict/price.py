@@ -47,6 +47,7 @@ from hetplan.planspec.batch import micro_batch_size
 from hetplan.planspec.plan import Plan
 from hetplan.planspec.strategies import spec_of
 from hetplan.predict.sharded import fsdp_work
+from hetplan.predict.zero1 import zero1_pipes
 from hetplan.schedule.work import (
     CutWork,
     PipelineWork,
@@ -155,7 +156,7 @@ def price(
 ) -> PricedWork:
     """Turn ``plan`` into priced work for the schedule generators."""
     spec = spec_of(plan)
-    if spec.shards_state:
+    if spec.gathers_weights(plan):
         return fsdp_work(plan, graph, cluster, compute)
     sync = spec.syncs_replicas(plan)
     num = plan.num_stages
@@ -215,6 +216,8 @@ def price(
     ps: list[PsWork] = []
     if spec.hosts_parameters:
         ps, pipes = _ps_work(plan, graph, cluster, pipes)
+    if spec.shards_optimizer_only(plan):
+        pipes = zero1_pipes(pipes, [p.stages[0].devices[0] for p in plan.pipelines], graph, cluster)
     return PricedWork(
         pipes=pipes,
         buckets=buckets,

@@ -46,6 +46,8 @@ class PlanOptions:
     recompute: bool = False
     recompute_mode: str = "all"
     """With ``recompute``: all or except_last (checked as the plan is built)."""
+    zero: int | None = None
+    """fsdp: the ZeRO stage (None: the plan's default, 3)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +140,7 @@ def _built(
         micro_batches=b.micro_batches, micro_batch_size=b.micro_batch_size,
         partition=b.partition, devices=b.devices, optimizer=b.optimizer, compute=compute,
         sync=b.sync, staleness=b.staleness, ps_devices=b.ps_devices, ps_async=b.ps_async,
-        recompute=b.recompute, recompute_mode=b.recompute_mode,
+        recompute=b.recompute, recompute_mode=b.recompute_mode, zero=b.zero,
     )  # fmt: skip
 
 

@@ -97,6 +97,9 @@ class RankResult:
     last_step_end: float | None = None
     held_state_bytes: int = 0
     """Parameters and buffers this rank materialised."""
+    optimizer_state_bytes: int = 0
+    """Bytes of the optimizer state this rank holds at the end (its owned parameters' under
+    ZeRO-1 or a parameter server)."""
     first_step: int = 0
     """Global index of the first step (a resumed run starts at its checkpoint's)."""
     energy_source: str | None = None

@@ -55,25 +55,12 @@ from hetplan.run.setup.checkpoint import (
 )
 from hetplan.run.setup.data import DatasetFeed, Feed, canonical_ref, make_feed
 from hetplan.run.setup.layout import RankRole, rank_roles, run_devices, server_role
+from hetplan.run.setup.optimizers import make_optimizer, state_bytes, zero_optimizer
 from hetplan.run.setup.precision import LossScaler
 
-# Default learning rates (``--lr`` overrides them): the usual defaults of SGD and Adam in the
-# papers' set-ups, stable for the zoo's models.
-SGD_LR = 0.01  # dimensionless
-MOMENTUM = 0.9  # dimensionless
-ADAM_LR = 1e-3  # dimensionless
 # Steps of a windowed (PipeDream, WSP) plan between a trial's stop decisions: the pipeline
 # drains at each, so a trial pays one fill and drain per window (the stop rule's minimum is 3).
 TRIAL_WINDOW_STEPS = 5  # steps
-
-
-def make_optimizer(
-    name: str, params: list[nn.Parameter], lr: float | None = None
-) -> torch.optim.Optimizer:
-    if name == "adam":
-        return torch.optim.Adam(params, lr=ADAM_LR if lr is None else lr)
-    momentum = MOMENTUM if name == "momentum" else 0.0
-    return torch.optim.SGD(params, lr=SGD_LR if lr is None else lr, momentum=momentum)
 
 
 def train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
@@ -96,7 +83,7 @@ def _train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     if role.stage < 0:
         setup = setup_server(plan, role, source, seed, ctx.device)
     else:
-        shard = groups.stage if spec_of(plan).shards_state else None
+        shard = groups.stage if spec_of(plan).gathers_weights(plan) else None
         setup = setup_rank(plan, role, source, seed, ctx.device, tp, shard)
     if setup.ties is not None:
         setup.ties.group = groups.ties
@@ -106,12 +93,11 @@ def _train_rank(ctx: RankContext, job: TrainJob) -> RankResult:
     hosts = hosted_params(plan, setup.layer_params) if spec.hosts_parameters else {}
     if spec.hosts_parameters:  # the optimizer state lives with the rank's hosted shards
         trainable = hosts.get(ctx.rank) or [nn.Parameter(torch.zeros(0))]  # (none: no state)
-    optimizer = make_optimizer(plan.optimizer, trainable, job.lr)
+    if spec.shards_optimizer_only(plan):  # ZeRO-1: this rank keeps its owned tensors' state
+        optimizer = zero_optimizer(plan.optimizer, trainable, job.lr, groups.stage)
+    else:
+        optimizer = make_optimizer(plan.optimizer, trainable, job.lr)
     start = _resume(job, setup, optimizer, groups, seed)
-    if spec.hosts_parameters:  # a checkpoint holds every shard's state: keep this rank's
-        mine = {id(p) for p in trainable}
-        for p in [p for p in optimizer.state if id(p) not in mine]:
-            del optimizer.state[p]
     seed = start.seed  # a resumed run keeps its data order and random streams
     feed = make_feed(
         plan,
@@ -350,6 +336,7 @@ class _Loop:
             last_step_start=o.last_step_start, last_step_end=o.last_step_end,
             peak_memory_bytes=o.peak_memory_bytes, memory_source=o.memory_source,
             held_state_bytes=self.setup.held_bytes, first_step=self.start.step,
+            optimizer_state_bytes=state_bytes(self.executor.optimizer),
             energy_source=self.meter.name if self.meter else None, energy_note=self.energy_note,
             energy_window=o.energy_window, power_limit_w=o.power_limit_w,
             checkpoint=o.checkpoint, stopped=o.stopped, grads=o.grads, **extra,

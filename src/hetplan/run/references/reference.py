@@ -17,6 +17,7 @@ from hetplan.planspec import Plan
 from hetplan.run.setup.checkpoint import CheckpointInfo, load_checkpoint
 from hetplan.run.setup.data import make_feed
 from hetplan.run.setup.model import ModelSource, canonical_names
+from hetplan.run.setup.optimizers import make_optimizer
 from hetplan.run.setup.precision import LossScaler, autocast
 
 
@@ -32,8 +33,6 @@ def reference_run(
 ) -> tuple[list[float], dict[str, torch.Tensor]]:
     """(global-batch mean loss of every step, every parameter's gradient at the first step),
     from the start or from checkpoint folder ``resume``, on synthetic data or ``data``."""
-    from hetplan.run.loop.worker import make_optimizer  # noqa: PLC0415 (worker imports this module)
-
     model = source.build(seed, "cpu")
     optimizer = make_optimizer(plan.optimizer, list(model.parameters()), lr)
     scaler = LossScaler(plan.model.dtype == "fp16")

@@ -21,6 +21,7 @@ from hetplan.graph.split import split_program
 from hetplan.planspec import Plan
 from hetplan.run.setup.data import make_feed
 from hetplan.run.setup.model import ModelSource, canonical_names
+from hetplan.run.setup.optimizers import make_optimizer
 from hetplan.run.setup.precision import LossScaler, autocast
 from hetplan.schedule.plan_schedule import device_actions, execution_schedule
 
@@ -62,8 +63,6 @@ def delayed_reference_run(
     plan: Plan, source: ModelSource, seed: int = 0, steps: int = 1, lr: float | None = None
 ) -> list[float]:
     """The global-batch mean loss of every step, with the plan's delayed updates."""
-    from hetplan.run.loop.worker import make_optimizer  # noqa: PLC0415 (worker imports run modules)
-
     model = source.build(seed, "cpu")
     optimizer = make_optimizer(plan.optimizer, list(model.parameters()), lr)
     scaler = LossScaler(plan.model.dtype == "fp16")

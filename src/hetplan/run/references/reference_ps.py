@@ -20,6 +20,7 @@ from hetplan.run.execute.ps import hosted_params
 from hetplan.run.loop.rank_setup import one_stage_params
 from hetplan.run.setup.data import Feed, make_feed
 from hetplan.run.setup.model import ModelSource
+from hetplan.run.setup.optimizers import make_optimizer
 
 Key = tuple[int, int]  # (worker, iteration)
 
@@ -34,8 +35,6 @@ def replay_async_ps(
 ) -> list[list[float]]:
     """``pulled[r][c]``: host -> version worker r ran iteration c on; ``applied[h]``: host h's
     pushes in order. Returns ``losses[r][c]``."""
-    from hetplan.run.loop.worker import make_optimizer  # noqa: PLC0415 (worker imports run modules)
-
     model = source.build(seed, "cpu")
     hosts = _hosts(plan, model)
     masters = {h: [p.detach().clone() for p in ps] for h, ps in hosts.items()}

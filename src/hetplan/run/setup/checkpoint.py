@@ -33,6 +33,7 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 from torch.distributed.tensor import DTensor
 
 from hetplan.errors import InputError
+from hetplan.run.setup.optimizers import local_optimizer
 from hetplan.run.setup.precision import INIT_SCALE
 
 LATEST = "latest"
@@ -151,8 +152,9 @@ def _optim_state(
     module: nn.Module, optimizer: torch.optim.Optimizer, canonical: dict[str, str]
 ) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
+    state = local_optimizer(optimizer).state
     for name, p in _named_params(module, canonical):
-        for k, v in optimizer.state.get(p, {}).items():
+        for k, v in state.get(p, {}).items():
             if v is not None:
                 out[f"optim/{name}/{k}"] = v if isinstance(v, torch.Tensor) else torch.tensor(v)
     return out
@@ -247,7 +249,13 @@ def load_checkpoint(
                 f"checkpoint, {tuple(t.shape)} in the model (taken of another model?)"
             )
     slots: list[tuple[nn.Parameter, str, str]] = []
+    local = local_optimizer(optimizer)
+    # Only the parameters this rank's optimizer steps (a parameter server's or ZeRO-1's owned
+    # ones): a checkpoint holds every owner's state.
+    stepped = {id(p) for group in local.param_groups for p in group["params"]}
     for name, p in _named_params(module, canonical):
+        if id(p) not in stepped:
+            continue
         prefix = f"optim/{name}/"
         for key, meta in stored.items():
             if key.startswith(prefix) and isinstance(meta, TensorStorageMetadata):
@@ -256,7 +264,7 @@ def load_checkpoint(
     with warnings.catch_warnings():  # DCP warns that a single process loads without a group
         warnings.simplefilter("ignore", UserWarning)
         dcp.load(state, checkpoint_id=path, process_group=group)
-    optimizer.state.clear()
+    local.state.clear()
     for p, slot, key in slots:
-        optimizer.state.setdefault(p, {})[slot] = state[key]
+        local.state.setdefault(p, {})[slot] = state[key]
     return info
