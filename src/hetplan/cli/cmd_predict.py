@@ -73,9 +73,17 @@ def predict_cmd(
         int | None,
         typer.Option(
             "--zero",
-            help="fsdp: the ZeRO stage, 1 (optimizer state sharded), 2 or 3 (FSDP2; default).",
+            help="fsdp: the ZeRO stage, 1 (optimizer state sharded), 2 or 3 (FSDP2; default); "
+            "hybrid with --shard-stages: 2 or 3.",
         ),
     ] = None,
+    shard_stages: Annotated[
+        bool,
+        typer.Option(
+            "--shard-stages",
+            help="hybrid: each stage's replicas shard it with FSDP2 instead of all-reducing.",
+        ),
+    ] = False,
     recompute: Annotated[
         bool, typer.Option("--recompute", help="Activation recomputation.")
     ] = False,
@@ -127,6 +135,7 @@ def predict_cmd(
                 "--ps-devices": ps_devices is not None,
                 "--ps-async": ps_async,
                 "--zero": zero is not None,
+                "--shard-stages": shard_stages,
                 "--recompute": recompute,
                 "--recompute-mode": recompute_mode is not None,
             }
@@ -141,7 +150,7 @@ def predict_cmd(
             devices=_names(devices), optimizer=optimizer, sync=sync, staleness=staleness,
             ps_devices=_names(ps_devices), ps_async=ps_async,
             recompute=recompute or recompute_mode is not None,
-            recompute_mode=recompute_mode or "all", zero=zero,
+            recompute_mode=recompute_mode or "all", zero=zero, shard_stages=shard_stages,
         )  # fmt: skip
     req = PredictRequest(
         cluster=cluster, model=model, plan_file=plan_file, build=build, dataset=dataset,

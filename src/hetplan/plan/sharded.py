@@ -69,7 +69,7 @@ def fsdp_candidate(ctx: Context, devices: Sequence[str]) -> Candidate | None:
     collectives = collective_times(devices, ctx.graph, ctx.pricing.cluster)
     passes = pass_times(list(fwd), list(bwd), collectives, zero=ZERO, overlap=not on_cores)
     step = max(ctx.pricing.optimizer_s(s, 0, len(ctx.graph.layers), ctx.optimizer) for s in slots)
-    host = optimizer_host_s(ctx.graph, on_cores)
+    host = optimizer_host_s(ctx.graph.layers, on_cores)
     time_s = m * sum(passes) + shard_share(ctx.graph, n) * step + host
     rows = [(s, c, busy[s]) for s, c in zip(slots, counts, strict=True)]
 

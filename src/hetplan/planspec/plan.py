@@ -107,6 +107,10 @@ class Plan:
     the optimizer state (torch's ``ZeroRedundancyOptimizer``): every replica holds the whole
     weights and gradients, all-reduces the gradients as ``dp`` does, steps the parameters it
     owns and broadcasts them."""
+    shard_stages: bool = False
+    """hybrid only: the replicas of each stage shard its weights, gradients and optimizer
+    state with FSDP2 at ZeRO stage ``zero`` (2 or 3) instead of all-reducing its gradients
+    (pipelines of sharded stages, as torchtitan composes pipeline parallelism with FSDP2)."""
     cluster: str | None = None
     """Name of the cluster the plan was made for (informative)."""
     cluster_digest: str | None = None
@@ -180,6 +184,11 @@ def _check_plan(plan: Plan) -> None:
 def _check_recompute(plan: Plan) -> None:
     if plan.zero not in ZERO_STAGES:  # with recompute: the per-plan training options
         raise ValueError(f"zero: expected one of 1, 2, 3 (got {plan.zero!r})")
+    if plan.shard_stages and (plan.strategy != "hybrid" or plan.sync != "bsp" or plan.zero < 2):
+        raise ValueError(
+            "shard_stages: only a hybrid plan with sync bsp and zero 2 or 3 shards its stages "
+            f"(got strategy {plan.strategy}, sync {plan.sync}, zero {plan.zero})"
+        )
     if plan.recompute_mode not in RECOMPUTE_MODES:
         raise ValueError(
             f"recompute_mode: expected one of {', '.join(RECOMPUTE_MODES)} "

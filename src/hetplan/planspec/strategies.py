@@ -52,6 +52,10 @@ def _ps_async(plan: Plan) -> bool:
     return plan.ps_async
 
 
+def _shard_stages(plan: Plan) -> bool:
+    return plan.shard_stages
+
+
 @dataclass(frozen=True, kw_only=True)
 class StrategySpec:
     """One strategy: data, and the rules every package asks instead of testing its name."""
@@ -80,6 +84,9 @@ class StrategySpec:
     """A forward pass may use weights that miss a completed update."""
     windowed_if: PlanRule = _never
     """Runs several iterations as one schedule with no flush (PipeDream, HetPipe's WSP)."""
+    shards_stages_if: PlanRule = _never
+    """The replicas of each pipeline stage shard its state with FSDP2 (hybrid's
+    ``shard_stages``) instead of all-reducing its gradients."""
 
     def asynchronous(self, plan: Plan) -> bool:
         return self.asynchronous_if(plan)
@@ -98,7 +105,7 @@ class StrategySpec:
     def gathers_weights(self, plan: Plan) -> bool:
         """Weights and gradients are sharded too (ZeRO-2/3, FSDP2): layers are gathered for
         their use and gradients reduce-scattered, no all-reduce."""
-        return self.shards_state and plan.zero >= 2
+        return (self.shards_state and plan.zero >= 2) or self.shards_stages_if(plan)
 
     def shards_optimizer_only(self, plan: Plan) -> bool:
         """Only the optimizer state is sharded (ZeRO-1): gradients all-reduced as ``dp``
@@ -149,6 +156,8 @@ class StrategySpec:
                 f"tp: tensor parallelism (tp = {plan.tp}) runs with {runs} (BSP), "
                 f"not with {self.name}{variant} yet"
             )
+        if self.shards_stages_if(plan) and plan.tp != 1:
+            return f"shard_stages: FSDP2 inside tensor-parallel stages (tp = {plan.tp}) not yet"
         if self.shape != "replicas":
             for i, pipe in enumerate(plan.pipelines):
                 if pipe.batch % plan.micro_batches:
@@ -192,7 +201,7 @@ SPECS: dict[str, StrategySpec] = {
         StrategySpec(
             name="hybrid", title="HetPipe: pipelines (virtual workers) in data parallel",
             shape="pipelines", order="1f1b", tensor_parallel=True,
-            asynchronous_if=_wsp, windowed_if=_wsp,
+            asynchronous_if=_wsp, windowed_if=_wsp, shards_stages_if=_shard_stages,
         ),
         StrategySpec(
             name="fsdp", title="sharded data parallelism (ZeRO-1/2/3; FSDP2): a replica per device",

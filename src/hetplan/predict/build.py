@@ -220,11 +220,18 @@ def plan_from_options(
     recompute_mode: str = "all",
     bucket_mb: float = 25.0,
     zero: int | None = None,
+    shard_stages: bool = False,
 ) -> Plan:
     """A :class:`Plan` from the common options; InputError names the offending option
-    (``zero``: the ZeRO stage of an ``fsdp`` plan, None for the plan's default)."""
-    if zero is not None and strategy != "fsdp":
-        raise InputError(f"--zero {zero}: only strategy fsdp has ZeRO stages (got {strategy})")
+    (``zero``: the ZeRO stage of an ``fsdp`` plan or of a hybrid's sharded stages, None for
+    the plan's default)."""
+    if shard_stages and strategy != "hybrid":
+        raise InputError(f"--shard-stages: only strategy hybrid shards its stages (got {strategy})")
+    if zero is not None and strategy != "fsdp" and not shard_stages:
+        raise InputError(
+            f"--zero {zero}: only strategy fsdp, or hybrid with --shard-stages, has ZeRO "
+            f"stages (got {strategy})"
+        )
     shape = plan_shape(
         cluster, strategy=strategy, batch=batch, dp=dp, pp=pp, tp=tp,
         micro_batches=micro_batches, micro_batch_size=micro_batch_size, partition=partition,
@@ -279,4 +286,6 @@ def plan_from_options(
     }
     if zero is not None:
         data["zero"] = zero
+    if shard_stages:
+        data["shard_stages"] = True
     return from_data(Plan, data, "options")

@@ -123,7 +123,7 @@ def plan_memory(
                     accumulates=plan.micro_batches > 1 and not spec.gathers_weights(plan),
                 )
                 if spec.gathers_weights(plan):
-                    mem = sharded_breakdown(mem, plan, graph, p)
+                    mem = sharded_breakdown(mem, plan, graph, p, layers)
                 elif zero1:  # ZeRO-1: its owned tensors' state
                     mem = mem.with_terms(optimizer=mem.optimizer * owned[p])
                 if flushed and (held is None or held.inputs == 0):  # nothing checkpointed

@@ -94,7 +94,7 @@ class Prediction:
     recompute: str = "off"
     """Which micro-batches the plan recomputes, in words (``Plan.recompute_text``)."""
     zero: int | None = None
-    """A sharded (``fsdp``) plan's ZeRO stage; None for other strategies."""
+    """A sharded plan's ZeRO stage (``fsdp``, a hybrid's ``shard_stages``); else None."""
     interval: Interval | None = None
     """Where the measured iteration time should fall (:mod:`hetplan.predict.error_bars`); set
     by the flows that know the profile store, None from :func:`predict` itself."""
@@ -202,7 +202,7 @@ def predict(
         memory_warnings=memory_warnings(memory),
         strategy=plan.strategy,
         recompute=plan.recompute_text,
-        zero=plan.zero if plan.strategy == "fsdp" else None,
+        zero=plan.zero if plan.strategy == "fsdp" or plan.shard_stages else None,
         iteration_time_s=t_iter,
         samples_per_s=timeline.samples_per_s,
         global_batch=plan.global_batch,

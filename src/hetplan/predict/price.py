@@ -46,7 +46,7 @@ from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.planspec.batch import micro_batch_size
 from hetplan.planspec.plan import Plan
 from hetplan.planspec.strategies import spec_of
-from hetplan.predict.sharded import fsdp_work
+from hetplan.predict.sharded import fsdp_work, sharded_stages
 from hetplan.predict.zero1 import zero1_pipes
 from hetplan.schedule.work import (
     CutWork,
@@ -156,7 +156,7 @@ def price(
 ) -> PricedWork:
     """Turn ``plan`` into priced work for the schedule generators."""
     spec = spec_of(plan)
-    if spec.gathers_weights(plan):
+    if spec.gathers_weights(plan) and spec.shape == "replicas":
         return fsdp_work(plan, graph, cluster, compute)
     sync = spec.syncs_replicas(plan)
     num = plan.num_stages
@@ -216,6 +216,8 @@ def price(
     ps: list[PsWork] = []
     if spec.hosts_parameters:
         ps, pipes = _ps_work(plan, graph, cluster, pipes)
+    if spec.gathers_weights(plan):  # pipelines of sharded stages
+        pipes = sharded_stages(plan, graph, cluster, compute, ranges, pipes)
     if spec.shards_optimizer_only(plan):
         pipes = zero1_pipes(pipes, [p.stages[0].devices[0] for p in plan.pipelines], graph, cluster)
     return PricedWork(

@@ -10,11 +10,16 @@ collectives on the replicas' links (in the order the plan lists the replicas). T
 one :class:`StageWork` per replica with equal forward and backward times and no gradient
 buckets (FSDP2 reduce-scatters inside the backward); each optimizer step updates only the
 replica's shard, plus the host's cost of stepping DTensors (:data:`DTENSOR_STEP_S_PER_TENSOR`).
+
+A hybrid plan with ``shard_stages`` (pipelines of FSDP2-sharded stages) prices each stage the
+same way over that stage's replicas (:func:`sharded_stage`, :func:`sharded_stages`), inside
+the pipeline schedule.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from hetplan.cluster.spec import Cluster, Link
 from hetplan.cost.comm_collectives import ring_links, ring_phase_time_links
@@ -37,7 +42,7 @@ from hetplan.cost.sharded import (
 )
 from hetplan.cost.tp_compute import tp_rank_costs
 from hetplan.cost.types import ComputeModel
-from hetplan.graph.types import ModelGraph
+from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.planspec.batch import micro_batch_size
 from hetplan.planspec.dtypes import DTYPE_BYTES
 from hetplan.planspec.plan import Plan
@@ -62,12 +67,12 @@ GLOO_ALL_GATHER_VS_ALL_REDUCE = 0.9
 GLOO_REDUCE_SCATTER_VS_ALL_REDUCE = 1.35
 
 
-def optimizer_host_s(graph: ModelGraph, on_cpu: bool) -> float:
-    """The DTensor step's host seconds on a CPU rank: :data:`DTENSOR_STEP_S_PER_TENSOR` per
-    tensor (0 on a GPU rank)."""
+def optimizer_host_s(layers: Sequence[LayerInfo], on_cpu: bool) -> float:
+    """The DTensor step's host seconds on a CPU rank over ``layers``' tensors:
+    :data:`DTENSOR_STEP_S_PER_TENSOR` per tensor (0 on a GPU rank)."""
     if not on_cpu:
         return 0.0
-    return DTENSOR_STEP_S_PER_TENSOR * sum(len(layer_tensors(x)) for x in graph.layers)
+    return DTENSOR_STEP_S_PER_TENSOR * sum(len(layer_tensors(x)) for x in layers)
 
 
 def replica_devices(plan: Plan) -> list[str]:
@@ -76,21 +81,25 @@ def replica_devices(plan: Plan) -> list[str]:
 
 
 def collective_times(
-    devices: Sequence[str], graph: ModelGraph, cluster: Cluster
+    devices: Sequence[str],
+    graph: ModelGraph,
+    cluster: Cluster,
+    layers: Sequence[LayerInfo] | None = None,
 ) -> tuple[list[float], list[float]]:
-    """Per layer, (all-gather s, reduce-scatter s) over the ring of ``devices`` (the shard
-    group, in plan order): the fp32 weights of a mixed-precision graph are gathered (FSDP2
-    without a mixed-precision policy), its fp32 gradients scattered; each call pays the
-    cluster's per-collective overhead, as an all-reduce does. On CPU ranks (gloo) each moves
-    its measured ratio of an all-reduce's bytes, plus FSDP2's copy of the buffer on the
-    slowest rank's core (:func:`gloo_collective_s`)."""
+    """Per layer of ``layers`` (default: the graph's), (all-gather s, reduce-scatter s) over
+    the ring of ``devices`` (the shard group, in plan order): the fp32 weights of a
+    mixed-precision graph are gathered (FSDP2 without a mixed-precision policy), its fp32
+    gradients scattered; each call pays the cluster's per-collective overhead, as an
+    all-reduce does. On CPU ranks (gloo) each moves its measured ratio of an all-reduce's
+    bytes, plus FSDP2's copy of the buffer on the slowest rank's core
+    (:func:`gloo_collective_s`)."""
     links = ring_links(list(devices), cluster)
     n = len(devices)
     on_cpu = all(cluster.device(d).type.is_cpu for d in devices)
     speed = min(cluster.device(d).speed for d in devices)
     w, g = weight_scale(graph.dtype), grad_scale(graph.dtype)
     gathers, scatters = [], []
-    for layer in graph.layers:
+    for layer in graph.layers if layers is None else layers:
         whole = group_gathered_bytes(layer_tensors(layer), n)
         call = cluster.collective_overhead_s if whole > 0 else 0.0  # once per call, §3.5
         if on_cpu:
@@ -135,35 +144,12 @@ def pass_times(
 
 def fsdp_work(plan: Plan, graph: ModelGraph, cluster: Cluster, compute: ComputeModel) -> PricedWork:
     """The priced work of an ``fsdp`` plan (see the module's docstring)."""
-    devices = [cluster.device(d) for d in replica_devices(plan)]
     mbs = [micro_batch_size(p.batch, plan.micro_batches) for p in plan.pipelines]
-    fwd = [0.0] * len(graph.layers)
-    bwd = [0.0] * len(graph.layers)
-    sources: dict[tuple[str, str, str], None] = {}
-    for dev, mb in zip(devices, mbs, strict=True):
-        for k, c in enumerate(tp_rank_costs(compute, graph, dev, mb, 1)):
-            fwd[k] = max(fwd[k], c.fwd_s)
-            bwd[k] = max(bwd[k], c.bwd_s + (c.fwd_s if plan.recompute else 0.0))
-            sources[(dev.type.name, graph.layers[k].name, c.source)] = None
-    collectives = collective_times(replica_devices(plan), graph, cluster)
-    overlap = not all(d.type.is_cpu for d in devices)
-    fwd_s, bwd_s = pass_times(fwd, bwd, collectives, zero=plan.zero, overlap=overlap)
-    share = shard_share(graph, len(devices))
+    stage, sources = sharded_stage(plan, graph, cluster, compute, (0, len(graph.layers) - 1))
     pipes = [
-        PipelineWork(
-            stages=(
-                StageWork(
-                    devices=(dev.id,), fwd_s=fwd_s, bwd_s=bwd_s,
-                    opt_s=share * optimizer_step_s(compute, graph, dev, graph.layers,
-                                                   plan.optimizer, 1)
-                    + optimizer_host_s(graph, dev.type.is_cpu),
-                    on_cores=dev.type.is_cpu,
-                ),
-            ),
-            batch=pipe.batch,
-        )
-        for dev, pipe in zip(devices, plan.pipelines, strict=True)
-    ]  # fmt: skip
+        PipelineWork(stages=(replace(stage[r], devices=(dev,)),), batch=pipe.batch)
+        for r, (dev, pipe) in enumerate(zip(replica_devices(plan), plan.pipelines, strict=True))
+    ]
     return PricedWork(
         pipes=pipes,
         buckets=[],
@@ -175,10 +161,78 @@ def fsdp_work(plan: Plan, graph: ModelGraph, cluster: Cluster, compute: ComputeM
     )
 
 
-def shard_share(graph: ModelGraph, n: int) -> float:
-    """The fraction of the model's parameter bytes one rank's optimizer steps (its padded
-    shard: an upper bound on its own rows)."""
-    tensors = [layer_tensors(layer) for layer in graph.layers]
+def sharded_stage(
+    plan: Plan,
+    graph: ModelGraph,
+    cluster: Cluster,
+    compute: ComputeModel,
+    span: tuple[int, int],
+    stage: int = 0,
+) -> tuple[list[StageWork], dict[tuple[str, str, str], None]]:
+    """Per replica, the work of stage ``stage`` (layers ``span``, inclusive) sharded over the
+    stage's replicas (its device in every pipeline, in plan order), and the cost sources by
+    (device kind, layer, source): every pass in lock step (the module's docstring), the
+    optimizer stepping the replica's shard of the stage."""
+    lo, hi = span
+    layers = graph.layers[lo : hi + 1]
+    devices = [cluster.device(p.stages[stage].devices[0]) for p in plan.pipelines]
+    mbs = [micro_batch_size(p.batch, plan.micro_batches) for p in plan.pipelines]
+    fwd = [0.0] * len(layers)
+    bwd = [0.0] * len(layers)
+    sources: dict[tuple[str, str, str], None] = {}
+    for dev, mb in zip(devices, mbs, strict=True):
+        costs = tp_rank_costs(compute, graph, dev, mb, 1)[lo : hi + 1]
+        for k, c in enumerate(costs):
+            fwd[k] = max(fwd[k], c.fwd_s)
+            bwd[k] = max(bwd[k], c.bwd_s + (c.fwd_s if plan.recompute else 0.0))
+            sources[(dev.type.name, layers[k].name, c.source)] = None
+    ids = [d.id for d in devices]
+    collectives = collective_times(ids, graph, cluster, layers)
+    overlap = not all(d.type.is_cpu for d in devices)
+    fwd_s, bwd_s = pass_times(fwd, bwd, collectives, zero=plan.zero, overlap=overlap)
+    share = shard_share(graph, len(devices), layers)
+    work = [
+        StageWork(
+            devices=(dev.id,), fwd_s=fwd_s, bwd_s=bwd_s,
+            opt_s=share * optimizer_step_s(compute, graph, dev, layers, plan.optimizer, 1)
+            + optimizer_host_s(layers, dev.type.is_cpu),
+            on_cores=dev.type.is_cpu,
+        )
+        for dev in devices
+    ]  # fmt: skip
+    return work, sources
+
+
+def sharded_stages(
+    plan: Plan,
+    graph: ModelGraph,
+    cluster: Cluster,
+    compute: ComputeModel,
+    ranges: list[list[tuple[int, int]]],
+    pipes: Sequence[PipelineWork],
+) -> list[PipelineWork]:
+    """``pipes`` (a pipelined plan priced without gradient synchronisation) with every
+    stage's passes and step those of :func:`sharded_stage` over its replicas."""
+    per_stage = [
+        sharded_stage(plan, graph, cluster, compute, ranges[0][s], s)[0]
+        for s in range(plan.num_stages)
+    ]
+    return [
+        replace(
+            pipe,
+            stages=tuple(
+                replace(st, fwd_s=w.fwd_s, bwd_s=w.bwd_s, bwd_parts=(), opt_s=w.opt_s)
+                for st, w in zip(pipe.stages, (ws[r] for ws in per_stage), strict=True)
+            ),
+        )
+        for r, pipe in enumerate(pipes)
+    ]
+
+
+def shard_share(graph: ModelGraph, n: int, layers: Sequence[LayerInfo] | None = None) -> float:
+    """The fraction of ``layers``' (default: the model's) parameter bytes one rank's
+    optimizer steps (its padded shard: an upper bound on its own rows)."""
+    tensors = [layer_tensors(layer) for layer in (graph.layers if layers is None else layers)]
     whole = sum(t.nbytes for ts in tensors for t in ts)
     return sum(group_shard_bytes(ts, n) for ts in tensors) / whole if whole else 0.0
 
@@ -193,26 +247,40 @@ def step_sent_bytes(plan: Plan, graph: ModelGraph) -> float:
 
 
 def sharded_breakdown(
-    whole: MemoryBreakdown, plan: Plan, graph: ModelGraph, replica: int
+    whole: MemoryBreakdown,
+    plan: Plan,
+    graph: ModelGraph,
+    replica: int,
+    layers: Sequence[LayerInfo] | None = None,
 ) -> MemoryBreakdown:
-    """Replica ``replica``'s peak memory: ``whole`` (the model's data-parallel breakdown on
-    that rank: activations, autocast's copies, workspace and input as a replica holds them)
-    with the state replaced by the rank's shards (:func:`hetplan.cost.sharded.rank_memory`):
+    """Replica ``replica``'s peak memory: ``whole`` (the data-parallel breakdown of the
+    stage of ``layers``, default the whole model, on that rank: activations, autocast's
+    copies, workspace and input as a replica holds them) with the state replaced by the
+    rank's shards (:func:`hetplan.cost.sharded.rank_memory`):
     padded weight and gradient shards, its own rows' optimizer state, the gathered groups
     (``gathered``) and the largest group's whole gradients before its reduce-scatter
     (``grads``); no gradient buckets. Weights and gradients in fp32 under mixed precision,
     as FSDP2 keeps them without a mixed-precision policy."""
-    parts = state_parts(graph, len(plan.pipelines), plan.optimizer, zero=plan.zero, rank=replica)
+    parts = state_parts(
+        graph, len(plan.pipelines), plan.optimizer, zero=plan.zero, rank=replica, layers=layers
+    )
     return whole.with_terms(**parts, comm_buffers=0.0)
 
 
 def state_parts(
-    graph: ModelGraph, n: int, optimizer: str, *, zero: int, rank: int = 0
+    graph: ModelGraph,
+    n: int,
+    optimizer: str,
+    *,
+    zero: int,
+    rank: int = 0,
+    layers: Sequence[LayerInfo] | None = None,
 ) -> dict[str, float]:
-    """Rank ``rank`` of ``n``'s state bytes by :class:`MemoryBreakdown` field (weights, grads
-    with the largest group's whole gradients, optimizer, gathered), in the runtime's dtypes
-    (fp32 weights and gradients under mixed precision)."""
-    groups = [layer_tensors(x) for x in graph.layers]
+    """Rank ``rank`` of ``n``'s state bytes of ``layers`` (default: the model's) by
+    :class:`MemoryBreakdown` field (weights, grads with the largest group's whole gradients,
+    optimizer, gathered), in the runtime's dtypes (fp32 weights and gradients under mixed
+    precision)."""
+    groups = [layer_tensors(x) for x in (graph.layers if layers is None else layers)]
     w, g = weight_scale(graph.dtype), grad_scale(graph.dtype)
     state = OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES / DTYPE_BYTES[graph.dtype]
     stage: ZeroStage = 3 if zero == 3 else 2

@@ -48,6 +48,8 @@ class PlanOptions:
     """With ``recompute``: all or except_last (checked as the plan is built)."""
     zero: int | None = None
     """fsdp: the ZeRO stage (None: the plan's default, 3)."""
+    shard_stages: bool = False
+    """hybrid: FSDP2-sharded stages."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,6 +143,7 @@ def _built(
         partition=b.partition, devices=b.devices, optimizer=b.optimizer, compute=compute,
         sync=b.sync, staleness=b.staleness, ps_devices=b.ps_devices, ps_async=b.ps_async,
         recompute=b.recompute, recompute_mode=b.recompute_mode, zero=b.zero,
+        shard_stages=b.shard_stages,
     )  # fmt: skip
 
 
