@@ -52,6 +52,7 @@ TOLERANCE: dict[str, tuple[float, float, str]] = {
     ),
     "gpipe": (*EXACT, "the closed form is GPipe's critical path: fill, two phases, drain"),
     "fsdp": (*EXACT, "the same passes of gathered layers (predict.sharded.pass_times)"),
+    "zero1": (*EXACT, "dp's estimate with the owned share of the step and the broadcasts"),
     "gpipe+tp": (*EXACT, "as gpipe"),
     "1f1b": (0.88, 1.19, ONE_F_ONE_B),
     "1f1b+tp": (
@@ -117,6 +118,7 @@ def measured() -> dict[str, list[Row]]:
             for cand in pool:
                 pred = predict(cand.plan, graph, cluster, compute)
                 family = cand.family + ("+tp" if cand.plan.tp > 1 else "")
+                family = "zero1" if family == "fsdp" and cand.plan.zero == 1 else family
                 family = "recompute" if cand.plan.recompute else family
                 where = f"{model}/{name}: {cand.label}"
                 rows[family].append((cand.estimate.time_s / pred.iteration_time_s, where))

@@ -30,7 +30,7 @@ from hetplan.plan.classes import orbits, symmetry
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.options import RUNNABLE, SearchOptions
 from hetplan.plan.search import Ranking, baselines, make_context, rank, simulate, unique
-from hetplan.plan.sharded import fsdp_candidate
+from hetplan.plan.sharded import fsdp_candidate, zero1_candidate
 from hetplan.plan.tp import TP_DEGREES, has_tp_units, splits_at, tp_groups
 from hetplan.planspec.plan import ModelRef
 from hetplan.planspec.strategies import spec_of
@@ -81,6 +81,9 @@ def candidates_on(
         return out
     if "dp" in families:
         out.append(dp)
+    zero1 = zero1_candidate(ctx, dp) if "fsdp" in families else None
+    if zero1 is not None:
+        out.append(zero1)
     if "ps" in families and len(devices) > 1:
         out.append(ps_candidate(ctx, devices, dp))
     piped = [f for f in families if spec_of(f).shape == "pipeline"]

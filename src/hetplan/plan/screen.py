@@ -26,7 +26,7 @@ from hetplan.plan.classes import Selection
 from hetplan.plan.context import Candidate, Context
 from hetplan.plan.objective import Objective
 from hetplan.plan.options import RUNNABLE, Budget, Progress, SearchOptions
-from hetplan.plan.sharded import fsdp_candidate
+from hetplan.plan.sharded import fsdp_candidate, zero1_candidate
 from hetplan.plan.subsets import Space, subset_space
 from hetplan.plan.tp import TP_DEGREES, has_tp_units, splits_at, tp_groups
 from hetplan.planspec.strategies import spec_of
@@ -88,6 +88,7 @@ def screening(
     if "ps" in opts.families:
         pool.extend(_parameter_server(ctx, space, fits, opts.objective))
     if "fsdp" in opts.families:
+        pool.extend(_zero1(ctx, space, fits, opts.objective))
         sharded = _sharded(ctx, space, opts.objective)
         pool.extend(c for c in sharded if c is not None)
         if None in sharded:
@@ -114,6 +115,23 @@ def _parameter_server(
         order = sorted(range(len(multi)), key=scores.__getitem__)
         multi = [multi[i] for i in order[:PS_SUBSETS]]
     return [ps_candidate(ctx, space.devices(sel), dp) for sel, dp in multi]
+
+
+def _zero1(
+    ctx: Context,
+    space: Space,
+    fits: Sequence[tuple[Selection, Candidate]],
+    objective: Objective,
+) -> list[Candidate]:
+    """ZeRO-1 where data parallelism fits (it holds less), on the subsets the parameter
+    server is tried on (:func:`_parameter_server`: it prices as data parallel plus a sync)."""
+    multi = [(sel, c) for sel, c in fits if space.sym.size(sel) > 1]
+    if not space.exhaustive:
+        scores = objective.scores([c.estimate for _, c in multi])
+        order = sorted(range(len(multi)), key=scores.__getitem__)
+        multi = [multi[i] for i in order[:PS_SUBSETS]]
+    found = (zero1_candidate(ctx, dp) for _, dp in multi)
+    return [c for c in found if c is not None]
 
 
 def _sharded(ctx: Context, space: Space, objective: Objective) -> list[Candidate | None]:

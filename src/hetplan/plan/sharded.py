@@ -15,6 +15,7 @@ the shard's share of the optimizer step and the host's DTensor cost on CPU ranks
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -37,6 +38,7 @@ from hetplan.predict.sharded import (
     rank_state_bytes,
     shard_share,
 )
+from hetplan.predict.zero1 import broadcasts_s, owned_fractions
 
 ZERO = 3  # the stage the planner proposes: FSDP2's default, the least state per rank
 
@@ -92,6 +94,38 @@ def fsdp_candidate(ctx: Context, devices: Sequence[str]) -> Candidate | None:
         label=f"fsdp x{n} zero-{ZERO} batch by speed{accumulate}",
         build=build,
         estimate=ctx.metrics_counts(time_s, rows),
+    )
+
+
+def zero1_candidate(ctx: Context, dp: Candidate) -> Candidate | None:
+    """ZeRO-1 on the data-parallel candidate's replicas and batches (None for fewer than two
+    single devices): its estimate less the slowest whole optimizer step, plus each rank's
+    step over its owned tensors (torch's partition, ``predict.zero1``) at its slowest and the
+    owners' broadcasts, as the simulator prices it."""
+    plan = dp.plan
+    devices = [p.stages[0].devices[0] for p in plan.pipelines]
+    if len(devices) < 2 or plan.tp > 1:
+        return None
+    layers = len(ctx.graph.layers)
+    steps = [ctx.pricing.optimizer_s(d, 0, layers, ctx.optimizer) for d in devices]
+    shares = owned_fractions(ctx.graph, len(devices))
+    owned = max(s * f for s, f in zip(steps, shares, strict=True))
+    sync = broadcasts_s(devices, ctx.graph, ctx.pricing.cluster)
+    time_s = dp.estimate.time_s - max(steps) + owned + sync
+    busy = {
+        d: plan.micro_batches
+        * ctx.pricing.step_time(d, micro_batch_size(p.batch, plan.micro_batches))
+        for d, p in zip(devices, plan.pipelines, strict=True)
+    }
+
+    def build() -> Plan:
+        return replace(plan, strategy="fsdp", zero=1)
+
+    return Candidate(
+        family="fsdp",
+        label=f"fsdp x{len(devices)} zero-1 (optimizer state sharded) {dp.label.split(' ', 2)[-1]}",
+        build=build,
+        estimate=ctx.metrics(time_s, busy),
     )
 
 
