@@ -88,7 +88,7 @@ def test_empty_suite_has_nan_errors_and_no_selection() -> None:
 
 def test_suite_shapes() -> None:
     assert strategies(2) == ["dp", "fsdp", "zero1", "ps", "ps-async", "gpipe", "1f1b", "pipedream"]
-    assert strategies(4)[-2:] == ["hybrid", "wsp"]  # two pipelines of two stages need 4
+    assert strategies(4)[-3:] == ["hybrid", "hybrid-fsdp", "wsp"]  # 2 pipelines x 2 stages
     assert strategies(4, tensor_parallel=True)[-1] == "tp"  # dp over two groups of two
     assert "tp" not in strategies(3, tensor_parallel=True)
     assert micro_batches(32, 3) == 4  # largest divisor of 32 up to 2 * 3

@@ -28,6 +28,7 @@ VARIANT_FIELDS: dict[str, dict[str, Any]] = {
     "ps-async": {"ps_async": True, "staleness": SUITE_STALENESS},
     "wsp": {"sync": "wsp", "staleness": SUITE_STALENESS},
     "zero1": {"zero": 1},
+    "hybrid-fsdp": {"shard_stages": True},
 }
 """The plan fields of each variant the suite runs (keys: ``SUITE_VARIANTS``)."""
 
@@ -84,9 +85,10 @@ def plan_label(plan: Plan) -> str:
             f"wsp D={plan.staleness} {len(plan.pipelines)}x{len(pipe.stages)} "
             f"m={plan.micro_batches} layers {bounds} b={batches}"
         )
+    sharded = f" fsdp zero-{plan.zero}" if plan.shard_stages else ""
     return (
-        f"{plan.strategy} {len(plan.pipelines)}x{len(pipe.stages)}{tp} m={plan.micro_batches} "
-        f"layers {bounds} b={batches}"
+        f"{plan.strategy} {len(plan.pipelines)}x{len(pipe.stages)}{tp}{sharded} "
+        f"m={plan.micro_batches} layers {bounds} b={batches}"
     )
 
 

@@ -31,7 +31,7 @@ issue 27), so the suite measures the pick a user gets."""
 ASYNC_VARIANTS = tuple(_VARIANTS)
 """Run as fixed strategies, since the planner does not propose them: an asynchronous
 parameter server and HetPipe's wave-synchronous hybrid, both with bound ``SUITE_STALENESS``."""
-BENCH_STRATEGIES = (*EXECUTABLE_FAMILIES, *ASYNC_VARIANTS, "zero1", "tp")
+BENCH_STRATEGIES = (*EXECUTABLE_FAMILIES, *ASYNC_VARIANTS, "zero1", "hybrid-fsdp", "tp")
 TP_DEGREE = 2
 """The fixed tensor-parallel case: data parallel over groups of ``TP_DEGREE`` devices."""
 TP_MIN_RANKS = 2 * TP_DEGREE
@@ -127,7 +127,7 @@ def strategies(ranks: int, tensor_parallel: bool = False) -> list[str]:
     ``tensor_parallel``: the model has layers tensor parallelism splits."""
     out = ["dp", "fsdp", "zero1", "ps", "ps-async", *PIPELINES, "pipedream"]
     if ranks >= HYBRID_MIN_RANKS:
-        out += ["hybrid", "wsp"]
+        out += ["hybrid", "hybrid-fsdp", "wsp"]
     if tensor_parallel and ranks >= TP_MIN_RANKS:
         out.append("tp")
     return out

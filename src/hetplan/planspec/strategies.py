@@ -248,6 +248,6 @@ only with bsp synchronisation)."""
 ASYNC_VARIANTS: dict[str, Strategy] = {"ps-async": "ps", "wsp": "hybrid"}
 """Named asynchronous variants of a strategy (set by the plan's fields ``ps_async`` and
 ``sync``), as the benchmark suite runs them."""
-SUITE_VARIANTS: dict[str, Strategy] = {**ASYNC_VARIANTS, "zero1": "fsdp"}
-"""Every named variant the benchmark suite runs: the asynchronous ones and ZeRO-1 (field
-``zero``)."""
+SUITE_VARIANTS: dict[str, Strategy] = {**ASYNC_VARIANTS, "zero1": "fsdp", "hybrid-fsdp": "hybrid"}
+"""Every named variant the benchmark suite runs: the asynchronous ones, ZeRO-1 (field
+``zero``) and pipelines of FSDP2-sharded stages (``shard_stages``)."""
