@@ -29,6 +29,7 @@ from hetplan.plan.objective import Limits, Metrics, Objective, pareto_front
 from hetplan.plan.options import Budget, Progress, SearchOptions
 from hetplan.plan.pricing import Pricing
 from hetplan.plan.screen import screening
+from hetplan.plan.sharded import sharded_hybrid
 from hetplan.plan.tp import untraced_notes
 from hetplan.planspec.plan import ModelRef, Plan
 from hetplan.planspec.strategies import spec_of
@@ -133,6 +134,9 @@ def search(
     refined = _shortlist(pool, opts.objective, refined_per_family(screened.exact))
     if not budget.stop("refining micro-batches"):
         refined += [r for c in refined for r in refine(ctx, c)]
+    if "hybrid" in opts.families and not budget.stop("sharding hybrid stages"):
+        found = (sharded_hybrid(ctx, c) for c in _shortlist(refined, opts.objective, 1))
+        refined += [c for c in found if c is not None]
     chosen = _final_list(refined, opts.objective)
     failures: dict[str, str] = {}
     base = list(baselines(ctx, cluster, failures).values())

@@ -31,6 +31,7 @@ from hetplan.plan.replicas import expand, split_groups
 from hetplan.plan.tp import SEP
 from hetplan.planspec.batch import micro_batch_size
 from hetplan.planspec.plan import PipelinePlan, Plan, StagePlan
+from hetplan.predict import predict
 from hetplan.predict.sharded import (
     collective_times,
     optimizer_host_s,
@@ -162,3 +163,22 @@ def _fits(ctx: Context, per: LayerBytes, slot: str, micro: int, state: float) ->
 
 
 _STATE = ("weights", "grads", "optimizer")
+
+
+def sharded_hybrid(ctx: Context, cand: Candidate) -> Candidate | None:
+    """The hybrid candidate ``cand`` (BSP, no tensor parallelism) with FSDP2-sharded stages at
+    ZeRO-3 (``shard_stages``), or None for any other candidate. Its estimate is the
+    simulation's (``predict``): few hybrids are refined, and the sharded stages' lock step
+    has no closed form in the screening."""
+    plan = cand.plan
+    if plan.strategy != "hybrid" or plan.sync != "bsp" or plan.tp > 1 or plan.shard_stages:
+        return None
+    sharded = replace(plan, shard_stages=True, zero=3)
+    pred = predict(sharded, ctx.graph, ctx.pricing.cluster, ctx.pricing.compute)
+    busy = {d.id: d.compute_s for d in pred.devices}
+    return Candidate(
+        family="hybrid",
+        label=f"{cand.label}, stages sharded (fsdp zero-3)",
+        build=lambda: sharded,
+        estimate=ctx.metrics(pred.iteration_time_s, busy),
+    )
