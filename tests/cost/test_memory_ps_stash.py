@@ -47,10 +47,13 @@ def _layers(dtype_bytes: int = 4, saved: tuple[int, int] = (100, 60)) -> list[La
         # synchronous server-only: weights 4 + gradients 4 + slots
         ("fp32", "adam", False, False, 4 + 4 + 8),
         ("fp32", "momentum", False, False, 4 + 4 + 4),
-        # asynchronous: master copies (weights, a gradient, slots) on any host; a server-only
-        # rank also keeps the shard its module was built from
-        ("fp32", "adam", True, True, 4 + 4 + 8),
-        ("fp32", "adam", False, True, 4 + 4 + 4 + 8),
+        # asynchronous: master copies (weights, a gradient, slots) and three flat fp32 copies
+        # of the shard (the receiver's posted buffer, a push, the reply) on any host; a
+        # server-only rank also keeps the shard its module was built from
+        ("fp32", "adam", True, True, 4 + 4 + 8 + 3 * 4),
+        ("fp32", "adam", False, True, 4 + 4 + 4 + 8 + 3 * 4),
+        ("fp32", "sgd", True, True, 4 + 4 + 3 * 4),
+        ("bf16", "adam", True, True, 4 + 4 + 8 + 3 * 4),
         # bf16: everything fp32 (2 x the graph's 2-byte parameters)
         ("bf16", "adam", True, False, 8),
         ("bf16", "adam", False, False, 4 + 4 + 8),

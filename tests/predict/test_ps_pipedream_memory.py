@@ -53,8 +53,10 @@ def test_async_ps_hosts_keep_master_copies() -> None:
     held = _held(_ps(ps_async=True), g)
     worker = 3 * P
     assert held["n0.0"] == worker
-    assert held["n0.1"] == worker + 8000 * (1 + 1 + 2)  # masters, their gradient, slots
-    assert held["n0.2"] == 8000 * (1 + 1 + 1 + 2) + P  # and the shard its module holds
+    # masters, their gradient, slots, and the server's three flat copies of its shard (the
+    # receiver's posted buffer, a push, the reply: run/execute/ps_async.py)
+    assert held["n0.1"] == worker + 8000 * (1 + 1 + 2 + 3)
+    assert held["n0.2"] == 8000 * (1 + 1 + 1 + 2 + 3) + P  # and the shard its module holds
 
 
 @pytest.mark.parametrize("input_bytes", [4, 400])

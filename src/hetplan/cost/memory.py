@@ -134,6 +134,17 @@ BACKWARD_GRAD_BUFFERS = 2  # activation-sized buffers
 # after the backward has freed the activations. An asynchronous worker's push concatenates
 # its gradients per host the same way (run/execute/ps_async.py).
 PS_FLAT_COPIES = 1  # copies of the model's gradient bytes per PS rank at its push and pull
+# An asynchronous host's server (run/execute/ps_async.py ``AsyncServer``) runs as threads
+# beside its rank's worker and holds, beyond its master copies, flat copies of its shard (the
+# gradients or weights as communicated, fp32 under autocast): the receiver's buffer, posted for
+# the next push as soon as the last one arrived; a push being applied or queued (the local
+# worker's, delivered in process, or a remote one); and the reply to the pulls it answers (one
+# copy for all the pulls a push unblocks). The server's units run while the worker steps, so
+# these add to the worker's peak. Measured with the counter following the server's threads
+# (run/meters/side_threads.py): vgg11 async PS x2 on local-cpu, the host of a 36.9 MB shard
+# held 5 shard-sized buffers at its peak (masters, their gradients, these three), 295.4 MB
+# against 110.8 MB for the worker beside it (docs/benchmarks.md, 2026-11-28).
+ASYNC_SERVER_FLAT_COPIES = 3  # shard-sized flat buffers an asynchronous server holds at once
 
 
 def weight_scale(dtype: str) -> float:
@@ -313,14 +324,18 @@ def ps_shard_scale(
     - synchronous, server-only: the shard's fp32 weights (``weight_scale``), their gradients
       (``grad_scale``) and the optimizer state;
     - asynchronous (run/execute/ps_async.py): the server's master copies (fp32 weights, a
-      gradient per applied push, the optimizer state) on any host; a server-only rank also
-      keeps the shard it built its module from (one more ``weight_scale``)."""
+      gradient per applied push, the optimizer state) and ``ASYNC_SERVER_FLAT_COPIES`` flat
+      buffers of the shard (``grad_scale``) on any host; a server-only rank also keeps the
+      shard it built its module from (one more ``weight_scale``)."""
     state = weight_scale(dtype) * OPTIMIZER_SLOTS[optimizer] * OPTIMIZER_STATE_BYTES
     state /= MASTER_WEIGHT_BYTES
     if worker and not asynchronous:
         return state
     masters = weight_scale(dtype) + grad_scale(dtype) + state
-    return masters + (weight_scale(dtype) if asynchronous and not worker else 0.0)
+    if not asynchronous:
+        return masters
+    flats = ASYNC_SERVER_FLAT_COPIES * grad_scale(dtype)
+    return masters + flats + (0.0 if worker else weight_scale(dtype))
 
 
 def ps_flat_bytes(layers: Sequence[LayerInfo], dtype: str) -> float:

@@ -9,6 +9,12 @@ after its iteration ``c`` is answered only once every worker has pushed iteratio
 (Ho et al. 2013, SSP): no worker runs more than ``s`` iterations ahead of the slowest. With
 ``s = 0`` the workers never wait for each other (the simulator's asynchronous schedule).
 
+The server's threads count in the rank's measured memory: they are registered as side threads
+(:mod:`hetplan.run.meters.side_threads`), each receive buffer they make and each push they
+apply and answer is one unit of work, and what they hold between units (the master copies,
+their gradients, the optimizer's state, the pushes and replies queued or in flight) joins the
+counter's baseline.
+
 Workers exchange nothing else: their schedules have no common action. Every server logs the
 order it applied pushes in and every worker the weight versions it pulled, so a single process
 can replay the same training (:func:`hetplan.run.references.reference_ps.replay_async_ps`).
@@ -26,6 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hetplan.run.execute.ps import PsExecutor
+from hetplan.run.meters.side_threads import SideThreads
 
 PUSH_TAG = 71  # gloo tags of the server's messages (their own process groups)
 PULL_TAG = 72
@@ -52,7 +59,15 @@ class AsyncServer:
         self.staleness = staleness
         self.up, self.down = groups
         self.inbox: queue.Queue[tuple[int, torch.Tensor]] = queue.Queue()
+        self._arrivals = threading.Semaphore(0)
+        """One release per item put in ``inbox`` (:meth:`deliver`): the server waits on it and
+        takes the item inside its unit of work, so that a queued push is always in
+        :meth:`_held`."""
         self.local: queue.Queue[torch.Tensor] = queue.Queue()
+        self._receiving: torch.Tensor | None = None
+        """The receiver's buffer of the push it waits for."""
+        self._outgoing: list[tuple[int, torch.Tensor]] = []
+        """Replies to other workers' pulls, made and not yet sent."""
         self.applied: list[tuple[int, int]] = []
         """(worker, iteration) of every push, in the order applied."""
         self.error: BaseException | None = None
@@ -60,6 +75,7 @@ class AsyncServer:
         self._done: set[int] = set()
         self._waiting: list[tuple[int, int]] = []
         self._size = sum(p.numel() for p in params) + 1
+        self.side = SideThreads(held=self._held, steady=self._steady)
         self._threads = [
             threading.Thread(target=self._guard, args=(f,), daemon=True)
             for f in (self._receive, self._serve)
@@ -67,9 +83,32 @@ class AsyncServer:
         for t in self._threads:
             t.start()
 
+    def deliver(self, src: int, flat: torch.Tensor) -> None:
+        """Queue a push (``src`` -1: the receiver failed) for the server thread."""
+        self.inbox.put((src, flat))
+        self._arrivals.release()
+
+    def _steady(self) -> list[torch.Tensor]:
+        """What the server holds through every step once it has applied a push: its master
+        copies' gradients and its optimizer's state."""
+        grads = [p.grad for p in self.masters if p.grad is not None]
+        state = [v for st in self.optimizer.state.values() for v in st.values()]
+        return grads + [v for v in state if isinstance(v, torch.Tensor)]
+
+    def _held(self) -> list[torch.Tensor]:
+        """Every tensor the server's threads hold between their units of work."""
+        with self.inbox.mutex:
+            pushes = [flat for _, flat in self.inbox.queue]
+        with self.local.mutex:
+            replies = list(self.local.queue)
+        receiving = [] if self._receiving is None else [self._receiving]
+        outgoing = [r for _, r in list(self._outgoing)]
+        return [*self.masters, *self._steady(), *pushes, *replies, *receiving, *outgoing]
+
     def join(self) -> None:
         for t in self._threads:
             t.join()
+        self.side.close()
         if self.error is not None:
             raise RuntimeError(f"parameter server on rank {self.rank}: {self.error}")
 
@@ -78,28 +117,44 @@ class AsyncServer:
             fn()
         except BaseException as err:  # reported by join(), in the worker's thread
             self.error = err
-            self.inbox.put((-1, torch.empty(0)))
+            self.deliver(-1, torch.empty(0))
 
     def _receive(self) -> None:
         """Pushes of the other workers, until each has said goodbye."""
         remote = [w for w in self.workers if w != self.rank]
         byes = 0
         while byes < len(remote):
-            buf = torch.empty(self._size)
-            src = dist.recv(buf, src=None, group=self.up, tag=PUSH_TAG)
-            byes += int(buf[-1] == BYE)
-            self.inbox.put((int(src), buf))
+            with self.side.unit():
+                self._receiving = torch.empty(self._size)
+            src = dist.recv(self._receiving, src=None, group=self.up, tag=PUSH_TAG)
+            byes += int(float(self._receiving[-1]) == BYE)
+            self.deliver(int(src), self._receiving)
+            self._receiving = None
 
     def _serve(self) -> None:
         while len(self._done) < len(self.workers):
-            src, flat = self.inbox.get()
-            if src < 0:
+            self._arrivals.acquire()
+            if not self._serve_one():
                 return  # the receiver failed
+            while self._outgoing:  # outside the unit: a send waits for its worker's receive
+                w, reply = self._outgoing[0]
+                dist.send(reply, w, group=self.down, tag=PULL_TAG)
+                self._outgoing.pop(0)
+
+    def _serve_one(self) -> bool:
+        """Apply the next push and answer the pulls it unblocks (one unit of work); False
+        when the receiver failed."""
+        with self.side.unit():
+            src, flat = self.inbox.get_nowait()
+            if src < 0:
+                return False
             if float(flat[-1]) == BYE:
                 self._done.add(src)
             else:
                 self._apply(src, int(flat[-1]), flat[:-1])
+            del flat
             self._answer()
+        return True
 
     def _apply(self, worker: int, iteration: int, grads: torch.Tensor) -> None:
         offset = 0
@@ -116,14 +171,18 @@ class AsyncServer:
         ready = [
             (w, c) for w, c in self._waiting if self.staleness == 0 or slowest >= c - self.staleness
         ]
+        if not ready:
+            return
+        # One flat copy of the weights and the version, read by every pull it answers (two
+        # concatenations held two copies at once, and each ready worker had its own).
+        version = torch.tensor([float(len(self.applied))])
+        reply = torch.cat([*(p.detach().reshape(-1) for p in self.masters), version])
         for w, c in ready:
             self._waiting.remove((w, c))
-            reply = torch.cat([p.detach().reshape(-1) for p in self.masters])
-            reply = torch.cat([reply, torch.tensor([float(len(self.applied))])])
             if w == self.rank:
                 self.local.put(reply)
             else:
-                dist.send(reply, w, group=self.down, tag=PULL_TAG)
+                self._outgoing.append((w, reply))
 
 
 class AsyncPsExecutor(PsExecutor):
@@ -157,7 +216,7 @@ class AsyncPsExecutor(PsExecutor):
     def _send(self, host: int, flat: torch.Tensor) -> None:
         if host == self.rank:
             assert self.server is not None
-            self.server.inbox.put((self.rank, flat))
+            self.server.deliver(self.rank, flat)
         else:
             self._sends.append(dist.isend(flat, host, group=self.up, tag=PUSH_TAG))
 
@@ -170,6 +229,12 @@ class AsyncPsExecutor(PsExecutor):
             self._send(host, torch.cat([*grads, tag]))
 
     def _pull(self) -> None:
+        # The pushes' sends first: a host answers a pull only after it received the push, so
+        # this waits for nothing the pull would not, and their flat copies are gone before
+        # the pull's buffers are made (waited after the pulls, a worker held both: vgg11's
+        # second worker, whose remote host serves nearly the whole model, +33% at its peak).
+        while self._sends:  # no reference to a waited work left (it holds its tensor)
+            self._sends.pop().wait()
         versions: dict[int, int] = {}
         for host, ps in self.hosts.items():
             if host == self.rank:
@@ -184,10 +249,8 @@ class AsyncPsExecutor(PsExecutor):
                 for p in ps:
                     p.copy_(flat[offset : offset + p.numel()].view_as(p))
                     offset += p.numel()
+            del flat  # one host's buffer at a time
         self.pulled.append(versions)
-        for w in self._sends:
-            w.wait()
-        self._sends = []
 
     def close(self) -> dict[str, Any]:
         """Say goodbye to every server (a worker), wait for this rank's; the logs of the run."""

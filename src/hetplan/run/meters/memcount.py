@@ -57,8 +57,21 @@ What is not counted
     * meta tensors and tensors without a strided storage (sparse, nested), and other tensor
       subclasses' operators (run as they are: the fake tensors of DTensor's sharding
       propagation hold no memory);
-    * operators run on other threads (the mode is thread-local): this counter is meant for
-      CPU ranks, where the backward runs on the calling thread; it is not thread-safe.
+    * operators run on other threads (the mode is thread-local), except those of the side
+      threads registered with :mod:`hetplan.run.meters.side_threads` (below). The counter is
+      meant for CPU ranks, where the backward runs on the calling thread.
+
+Side threads
+    A rank's process may run threads beside the one that steps (the asynchronous parameter
+    server's receiver and server, :mod:`hetplan.run.execute.ps_async`). Registered as a
+    :class:`hetplan.run.meters.side_threads.SideThreads`, their tensors held at the entry join
+    the baseline (taken between their units of work), and each unit of work they run while the
+    counter is active is counted on its own thread through a mode of its own
+    (:meth:`TensorBytesCounter.thread_mode`), into the same live total: ``peak_bytes`` is then
+    the process's peak of live tensor bytes across the threads, wherever the operators that
+    made it ran. The bookkeeping runs under one lock (not the operators themselves); the
+    operator index of ``peak_held_from_start`` is the order in which the threads' operators
+    were recorded.
 
 How frees are seen
     Storages are tracked by a weak reference to the C++ ``StorageImpl``
@@ -90,17 +103,19 @@ Overhead
 from __future__ import annotations
 
 import contextlib
+import threading
 import weakref
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
 
 import torch
 from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
+from hetplan.run.meters import side_threads
 from hetplan.run.meters.fsdp_storage import follow_fsdp_resizes
 
 try:
@@ -185,9 +200,15 @@ class _CountingMode(TorchDispatchMode):  # type: ignore[misc]
             # memory of its own.
             return func(*args, **(kwargs or {}))
         counter = self._counter
-        counter._collect()
+        with counter._lock:  # the operator itself runs unlocked (it may wait on a thread)
+            counting = counter._counting
+            if counting:
+                counter._collect()
         out = func(*args, **(kwargs or {}))
-        counter._record(func, out, args, kwargs)
+        if counting:
+            with counter._lock:
+                if counter._counting:  # not closed meanwhile (a side thread's late unit)
+                    counter._record(func, out, args, kwargs)
         return out
 
 
@@ -216,6 +237,10 @@ class TensorBytesCounter:
         self._history = array("q")
         """The live total right after each operator (index = the operator's)."""
         self._resizes: contextlib.AbstractContextManager[None] | None = None
+        self._lock = threading.RLock()
+        """Guards the bookkeeping: side threads' operators record into it too."""
+        self._counting = False
+        """Between the entry and the exit: operators are counted."""
 
     # -- context -------------------------------------------------------------------------
 
@@ -223,16 +248,23 @@ class TensorBytesCounter:
         if self._used:
             raise RuntimeError("a TensorBytesCounter can be entered only once")
         self._used = True
-        for t in self._baseline_source:
-            if isinstance(t, torch.Tensor):
-                self._track(t, storage=_storage_of(t), fresh=True)
-        self._baseline_source = ()
-        self.baseline_bytes = self.current_bytes
-        self.peak_bytes = self.current_bytes
-        self._mode = _CountingMode(self)
-        self._mode.__enter__()
-        self._resizes = follow_fsdp_resizes(self)
-        self._resizes.__enter__()
+        paused = side_threads.pause()  # the side threads wait between their units meanwhile
+        try:
+            with self._lock:
+                side = [t for _, held in paused for t in held]
+                for t in [*self._baseline_source, *side]:
+                    if isinstance(t, torch.Tensor):
+                        self._track(t, storage=_storage_of(t), fresh=True)
+                self._baseline_source = ()
+                self.baseline_bytes = self.current_bytes
+                self.peak_bytes = self.current_bytes
+                self._mode = _CountingMode(self)
+                self._mode.__enter__()
+                self._counting = True
+                self._resizes = follow_fsdp_resizes(self)
+                self._resizes.__enter__()
+        finally:
+            side_threads.resume(paused, self if self._counting else None)
         return self
 
     def __exit__(
@@ -242,18 +274,35 @@ class TensorBytesCounter:
         tb: TracebackType | None,
     ) -> None:
         assert self._mode is not None
+        side_threads.deactivate(self)
         if self._resizes is not None:
             self._resizes.__exit__(exc_type, exc, tb)
             self._resizes = None
         self._mode.__exit__(exc_type, exc, tb)
-        self._mode = None
-        self._collect()
-        for fin in self._finalizers:
-            fin.detach()
-        self._finalizers.clear()
-        self._live.clear()
-        self._orphans.clear()
-        self._pending.clear()
+        with self._lock:
+            self._mode = None
+            self._collect()
+            self._counting = False
+            for fin in self._finalizers:
+                fin.detach()
+            self._finalizers.clear()
+            self._live.clear()
+            self._orphans.clear()
+            self._pending.clear()
+
+    @contextlib.contextmanager
+    def thread_mode(self) -> Iterator[None]:
+        """Count the calling thread's operators into this counter for the block (a side
+        thread's unit of work, :mod:`hetplan.run.meters.side_threads`). Its own mode, pushed on
+        this thread's mode stack directly: ``TorchDispatchMode.__enter__``/``__exit__`` also
+        save and restore process-wide flags, which interleaved entries and exits on two
+        threads would leave wrong."""
+        mode = _CountingMode(self)
+        _push_mode(mode)
+        try:
+            yield
+        finally:
+            _pop_mode()
 
     # -- bookkeeping ---------------------------------------------------------------------
 
@@ -310,16 +359,18 @@ class TensorBytesCounter:
     def storage_allocated(self, tensor: torch.Tensor) -> None:
         """``tensor``'s storage was just given memory by a resize (FSDP2's gathered
         buffers, :mod:`hetplan.run.meters.fsdp_storage`): counted as an allocation."""
-        self._track(tensor, _storage_of(tensor), fresh=True)
-        self.peak_bytes = max(self.peak_bytes, self.current_bytes)
+        with self._lock:
+            self._track(tensor, _storage_of(tensor), fresh=True)
+            self.peak_bytes = max(self.peak_bytes, self.current_bytes)
 
     def storage_freeing(self, tensor: torch.Tensor) -> None:
         """``tensor``'s storage is about to be resized to nothing: no longer counted."""
         storage = _storage_of(tensor)
-        entry = None if storage is None else self._live.get(int(storage.data_ptr()))
-        if entry is not None:
-            self._orphans.discard(entry)
-            self._drop(entry)
+        with self._lock:
+            entry = None if storage is None else self._live.get(int(storage.data_ptr()))
+            if entry is not None:
+                self._orphans.discard(entry)
+                self._drop(entry)
 
     def _record(self, func: Any, out: Any, args: Any, kwargs: Any) -> None:
         outputs = _tensors_in(out, [])
@@ -354,6 +405,10 @@ class TensorBytesCounter:
         still alive) been alive since it was entered: each one's bytes added at every
         operator before the one that allocated it. Call it inside the context; tensors of the
         baseline, or that the counter never saw, change nothing."""
+        with self._lock:
+            return self._peak_held_from_start(tensors)
+
+    def _peak_held_from_start(self, tensors: Iterable[torch.Tensor]) -> int:
         late: dict[int, _Entry] = {}
         for t in tensors:
             storage = _storage_of(t) if isinstance(t, torch.Tensor) else None

@@ -5,12 +5,16 @@ allocator's reserved pool). On CPU: live tensor storage bytes counted by
 :class:`hetplan.run.meters.memcount.TensorBytesCounter` (parameters, gradients and optimizer state
 alive at the start plus everything the step allocates), not the process RSS, which holds the
 Python runtime and libraries. Counting costs time, so the runtime counts an untimed step: the
-first. Two things make that step's CPU count the one of any step:
+first. Three things make that step's CPU count the one of any step:
 
 - the optimizer's state (Adam's moments, momentum buffers) that a fresh run's first
   ``step()`` creates, after the backward's peak, is counted as held from the step's start, as
   every later step and a resumed run's first step hold it (without this a 2-stage PipeDream
   of gpt-tiny with Adam measured 16.3 and 11.9 MB, -16% and -26% against the prediction);
+- the state that a side thread of the process (the asynchronous parameter server's,
+  :mod:`hetplan.run.meters.side_threads`) holds through every step once training runs, its
+  master copies' gradients and its optimizer's state, made by a fresh run's first push
+  applied, is counted as held from the step's start too;
 - the input batch the step is called with (``run_step`` a ``functools.partial`` of the
   executor's step, the batch read before the step) counts from the start, as CUDA's allocator
   counts it and as the executors that read their batch inside the step (PipeDream's window)
@@ -26,6 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hetplan.run.meters import side_threads
 from hetplan.run.meters.memcount import step_peak_bytes
 from hetplan.run.setup.tensor_parallel import local
 
@@ -63,5 +68,9 @@ def measure_step_memory(
         torch.cuda.synchronize()
         return int(torch.cuda.max_memory_allocated(device)), "cuda.max_memory_allocated"
     baseline = _state_tensors(module, optimizer) + _bound_inputs(run_step)
-    peak = step_peak_bytes(run_step, baseline, held_from_start=lambda: _optimizer_state(optimizer))
+    peak = step_peak_bytes(
+        run_step,
+        baseline,
+        held_from_start=lambda: _optimizer_state(optimizer) + side_threads.steady_tensors(),
+    )
     return int(peak), "tensor bytes"
