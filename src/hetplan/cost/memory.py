@@ -133,6 +133,24 @@ BACKWARD_GRAD_BUFFERS = 2  # activation-sized buffers
 # ``broadcast`` of its weights: the whole model's gradients (fp32 under autocast) once, held
 # after the backward has freed the activations. An asynchronous worker's push concatenates
 # its gradients per host the same way (run/execute/ps_async.py).
+# Under autocast the loss's backward differentiates its fp32 log-softmax: ``nll_loss``'s
+# backward makes an fp32 gradient of the logits' size (zero but at the targets) and
+# log-softmax's backward another from it, both alive at once, before the cast back (the
+# backward of autocast's ``_to_copy``) hands the head its gradient in the low precision.
+# ``BACKWARD_GRAD_BUFFERS`` counts two output-sized gradients in the graph dtype (2 x 2 B per
+# logit in bf16); these two are 2 x 4 B: ``LOSS_GRAD_BYTES - 2 x 2`` = 4 B per logit more
+# (1024 x 50257 x 4 B = 206 MB per GPT-2 sample), at the loss's layer, for the micro-batch
+# being differentiated (:func:`loss_grad_bytes`). Counted with
+# :class:`hetplan.run.meters.memcount.TensorBytesCounter` on CPU (torch 2.13, autocast bf16,
+# ``F.cross_entropy`` of a 256 x 5000 bf16 ``nn.Linear`` output): ``_to_copy`` to fp32, 4 B
+# per logit (freed after the forward), ``_log_softmax`` 4 B (saved), ``nll_loss_backward``
+# 4 B, ``_log_softmax_backward_data`` 4 B, ``_to_copy`` back 2 B; at
+# ``_log_softmax_backward_data`` the saved fp32 output and both fp32 gradients are alive,
+# 12 B per logit (and the bf16 logits where the caller still holds them; the runtime drops
+# them after the loss's forward, run/execute/executor.py ``_forward``). On the H100
+# (gpu-truth, GPT-2 bf16 batch 16) the prediction without it was 11.8% under the measured
+# peak, with it 9.9% over (docs/benchmarks.md, 2026-11-28).
+LOSS_GRAD_BYTES = 2 * FP32_BYTES  # bytes per logit of the loss backward's fp32 gradients
 PS_FLAT_COPIES = 1  # copies of the model's gradient bytes per PS rank at its push and pull
 # An asynchronous host's server (run/execute/ps_async.py ``AsyncServer``) runs as threads
 # beside its rank's worker and holds, beyond its master copies, flat copies of its shard (the
@@ -278,28 +296,56 @@ def _column(values: Sequence[float]) -> Floats:
     return np.asarray(values, dtype=np.float64).reshape(len(values))
 
 
-def backward_workspace(layers: Sequence[LayerInfo], micro_batch: int, tp: int = 1) -> float:
+def loss_grad_bytes(layer: LayerInfo, dtype: str, tp: int = 1) -> float:
+    """Per sample, what the loss's backward holds at ``layer`` beyond the workspace's
+    ``BACKWARD_GRAD_BUFFERS`` output-sized gradients in the graph dtype: under mixed precision,
+    for a layer with ``loss_logits`` (the model's last), ``LOSS_GRAD_BYTES -
+    BACKWARD_GRAD_BUFFERS x DTYPE_BYTES[dtype]`` per logit (a split head's share per TP rank);
+    0 in fp32, where the two buffers are the loss's fp32 gradients already."""
+    if not is_mixed_precision(dtype) or layer.loss_logits <= 0:
+        return 0.0
+    extra = max(LOSS_GRAD_BYTES - BACKWARD_GRAD_BUFFERS * DTYPE_BYTES[dtype], 0)
+    return float(layer.loss_logits * tp_output_share(layer, tp) * extra)
+
+
+def layer_workspace(
+    layers: Sequence[LayerInfo], micro_batch: int, tp: int = 1, dtype: str = "fp32"
+) -> Floats:
+    """Per layer ``l``, the gradients alive while ``l`` is differentiated for one micro-batch
+    of ``micro_batch`` samples: ``BACKWARD_GRAD_BUFFERS`` of its output's size (per TP rank: a
+    split vocabulary head's logits are ``1/tp``, :func:`hetplan.cost.tp.tp_output_share`) and
+    at the loss's layer under mixed precision the loss's fp32 gradients
+    (:func:`loss_grad_bytes`)."""
+    per = [
+        BACKWARD_GRAD_BUFFERS * x.out_bytes * tp_output_share(x, tp) + loss_grad_bytes(x, dtype, tp)
+        for x in layers
+    ]
+    return _column(per) * micro_batch
+
+
+def backward_workspace(
+    layers: Sequence[LayerInfo], micro_batch: int, tp: int = 1, dtype: str = "fp32"
+) -> float:
     """What the backward of one micro-batch of ``micro_batch`` samples adds to the saved
-    activations of ``layers`` at its peak. Differentiating layer ``l`` holds
-    ``BACKWARD_GRAD_BUFFERS`` gradients of its output's size (per TP rank: a split vocabulary
-    head's logits are ``1/tp``, :func:`hetplan.cost.tp.tp_output_share`) while the layers after
-    ``l`` have freed what they saved: the pass peaks at ``max_l(saved through l + B x out_l)``,
-    and the workspace is that peak less everything saved (>= 0). A VGG's first convolutions
-    have the largest outputs but run their backward last, when almost nothing is saved."""
+    activations of ``layers`` at its peak. Differentiating layer ``l`` holds its
+    :func:`layer_workspace` while the layers after ``l`` have freed what they saved: the pass
+    peaks at ``max_l(saved through l + workspace_l)``, and the workspace is that peak less
+    everything saved (>= 0). A VGG's first convolutions have the largest outputs but run their
+    backward last, when almost nothing is saved."""
     saved = 0.0
     peak = 0.0
-    for x in layers:
+    for x, work in zip(layers, layer_workspace(layers, 1, tp, dtype), strict=True):
         saved += x.saved_bytes * tp_share(x, tp)
-        peak = max(peak, saved + BACKWARD_GRAD_BUFFERS * x.out_bytes * tp_output_share(x, tp))
+        peak = max(peak, saved + float(work))
     return max(peak - saved, 0.0) * micro_batch
 
 
-def workspace_bound(layers: Sequence[LayerInfo], micro_batch: int, tp: int = 1) -> float:
-    """An upper bound of :func:`backward_workspace` for any stage cut from ``layers``:
-    ``BACKWARD_GRAD_BUFFERS`` times their largest output (the screening's, before it knows
-    the stages)."""
-    biggest = max((x.out_bytes * tp_output_share(x, tp) for x in layers), default=0)
-    return float(BACKWARD_GRAD_BUFFERS * biggest * micro_batch)
+def workspace_bound(
+    layers: Sequence[LayerInfo], micro_batch: int, tp: int = 1, dtype: str = "fp32"
+) -> float:
+    """An upper bound of :func:`backward_workspace` for any stage cut from ``layers``: their
+    largest :func:`layer_workspace` (the screening's, before it knows the stages)."""
+    return float(layer_workspace(layers, micro_batch, tp, dtype).max(initial=0.0))
 
 
 def autocast_loss_bytes(layers: Sequence[LayerInfo], dtype: str, tp: int = 1) -> float:
@@ -451,7 +497,8 @@ def stage_memory(
       backward sends their gradients back; the part the stage's first layer saves anyway is
       already in the activations. With ``recompute`` only for the micro-batches not
       checkpointed (the others' stage inputs are counted in the activations),
-    - backward_workspace: :func:`backward_workspace` over the stage's layers, and when the
+    - backward_workspace: :func:`backward_workspace` over the stage's layers (with the loss's
+      fp32 gradients at the model's last layer under mixed precision), and when the
       stage ``accumulates`` gradients over micro-batches its largest layer's gradients once
       more (:func:`accumulation_grad_bytes`),
     - autocast_loss (mixed precision, the stage with the model's last layer):
@@ -502,7 +549,7 @@ def stage_memory(
     parts |= {
         "framework": float(framework_bytes),
         "stage_inputs": float(kept_in),
-        "backward_workspace": backward_workspace(layers, micro_batch, tp)
+        "backward_workspace": backward_workspace(layers, micro_batch, tp, dtype)
         + (accumulation_grad_bytes(per) if accumulates else 0.0),
         "input_batch": float(batch_bytes),
     }

@@ -168,7 +168,7 @@ class Pricing:
         """Predict's stage-level backward workspace (``cost.memory.backward_workspace``) for
         one micro-batch of ``batch`` samples, bounded here by the model's largest layer output
         (the screening does not know the stage yet)."""
-        return workspace_bound(self.graph.layers, batch, tp)
+        return workspace_bound(self.graph.layers, batch, tp, self.graph.dtype)
 
     def layer_mem(
         self,

@@ -17,8 +17,10 @@ autocast's copies...), the largest of:
 1. the first backwards, every in-flight micro-batch's activations, the workspace, the
    gradients (several micro-batches only: with one this phase is the next);
 2. the last backward at layer ``l`` (walked from the last layer back): the activations the
-   layers up to ``l`` saved, ``l``'s workspace (``BACKWARD_GRAD_BUFFERS`` output-sized
-   gradients, and the accumulation's second gradient with several micro-batches), the
+   layers up to ``l`` saved, ``l``'s workspace (``cost.memory.layer_workspace``:
+   ``BACKWARD_GRAD_BUFFERS`` output-sized gradients, the loss's fp32 gradients at the last
+   layer under mixed precision, and the accumulation's second gradient with several
+   micro-batches), the
    gradients (all with several micro-batches, those of ``l`` and after with one) and the
    buckets complete by then (every member after ``l``: the runtime's bucket assignment);
 3. the end of the backward: every gradient and every bucket.
@@ -37,15 +39,14 @@ import numpy as np
 
 from hetplan.cost.comm_buckets import ddp_bucket_members, first_bucket
 from hetplan.cost.memory import (
-    BACKWARD_GRAD_BUFFERS,
     Floats,
     MemoryBreakdown,
     accumulation_grad_bytes,
     grad_scale,
     layer_bytes,
+    layer_workspace,
     tp_grad_tensor_bytes,
 )
-from hetplan.cost.tp import tp_output_share
 from hetplan.graph.types import LayerInfo
 from hetplan.planspec.dtypes import DTYPE_BYTES
 
@@ -76,12 +77,11 @@ def backward_peak(
     untracked = max(total_grads - float(grads.sum()), 0.0)  # a tied copy's: held throughout
     after = _buckets_after(layers, dtype, tp, bucket_cap_bytes, mem.comm_buffers)
     saved = np.cumsum(per.saved) * micro_batch
-    outs = np.asarray([x.out_bytes * tp_output_share(x, tp) for x in layers], dtype=np.float64)
     several = micro_batches > 1
     temp = accumulation_grad_bytes(per) if several else 0.0
     from_l = np.cumsum(grads[::-1])[::-1] + untracked  # gradients made by l's backward
     held_grads = np.full(len(layers), total_grads) if several else from_l
-    workspace = BACKWARD_GRAD_BUFFERS * outs * micro_batch + temp
+    workspace = layer_workspace(layers, micro_batch, tp, dtype) + temp
     last = saved + workspace + held_grads + after
     k = int(np.argmax(last))
     phases = [
