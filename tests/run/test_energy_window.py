@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 
 from hetplan.run.loop import worker
 from hetplan.run.loop.worker import _Loop, _Out
@@ -61,7 +62,7 @@ def _loop(monkeypatch: pytest.MonkeyPatch, meter: Any, events: list[Any]) -> Any
     loop: Any = _Loop.__new__(_Loop)
     loop.meter, loop.ctx, loop._energy_start = meter, SimpleNamespace(device="cpu", rank=0), None
     loop.role = SimpleNamespace(pipeline=0, stage=0, tp_rank=0, device="d")
-    loop.executor = SimpleNamespace(close=dict)
+    loop.executor = SimpleNamespace(close=dict, optimizer=torch.optim.SGD([torch.zeros(1)]))
     loop.start, loop.seed, loop.warmup, loop.total = SimpleNamespace(step=0), 0, 2, 5
     loop.job = SimpleNamespace(return_grads=False)
     loop.ckpt_dir, loop.every, loop.log = None, 0, None

@@ -111,6 +111,7 @@ def _filled(ck: Path) -> dict[str, Callable[[RankResult], bool]]:
         "last_step_start": lambda r: r.last_step_start > 0,
         "last_step_end": lambda r: (r.last_step_end or 0.0) > r.last_step_start,
         "held_state_bytes": lambda r: r.held_state_bytes > 0,
+        "optimizer_state_bytes": lambda r: r.optimizer_state_bytes == 0,  # plain SGD: no state
         "first_step": lambda r: r.first_step == FIRST_STEP,
         # A meter, or why there is none (no RAPL here, or not local rank 0).
         "energy_source": lambda r: (r.energy_source is None) != (r.energy_note == ""),
