@@ -15,7 +15,7 @@ from hetplan.cost.sharded import padded_shard_bytes
 from hetplan.graph import build_graph
 from hetplan.planspec import ModelRef
 from hetplan.predict import plan_from_options, predict
-from hetplan.predict.sharded import layer_tensors
+from hetplan.predict.sharded import layer_tensors, rank_breakpoints, state_parts
 
 CLUSTERS = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 
@@ -52,3 +52,17 @@ def test_a_stage_holds_its_shard_of_its_own_layers() -> None:
             shard = sum(padded_shard_bytes(t, 2) for x in layers for t in layer_tensors(x))
             dev = next(d for d in pred.devices if d.id == stage.devices[0])
             assert dev.memory["weights"] == pytest.approx(shard)
+
+
+@pytest.mark.parametrize(("model", "n"), [("resnet-tiny", 7), ("gpt-tiny", 5), ("gpt-tiny", 300)])
+def test_ranks_between_breakpoints_hold_the_same(model: str, n: int) -> None:
+    """Brute force: every rank's state equals that of the first rank of its run, and the
+    first ranks of two runs differ somewhere (the runs are not merely cut finer)."""
+    graph = build_graph(ModelRef(name=model, dataset="cifar10" if model != "gpt-tiny" else None))
+    cuts = rank_breakpoints(graph.layers, n)
+    parts = [state_parts(graph, n, "adam", zero=3, rank=r) for r in range(n)]
+    for r in range(n):
+        first = max([b for b in cuts if b <= r], default=0)
+        assert parts[r] == parts[first], (r, first)
+    assert len({tuple(parts[max([b for b in cuts if b <= r], default=0)].values())
+                for r in range(n)}) > 1  # fmt: skip

@@ -134,7 +134,9 @@ def search(
     refined = _shortlist(pool, opts.objective, refined_per_family(screened.exact))
     if not budget.stop("refining micro-batches"):
         refined += [r for c in refined for r in refine(ctx, c)]
-    if "hybrid" in opts.families and not budget.stop("sharding hybrid stages"):
+    # Each sharded variant is simulated to be estimated: only where the space is small enough
+    # to be screened exactly (a datacenter's hybrids take seconds each).
+    if screened.exact and "hybrid" in opts.families and not budget.stop("sharding stages"):
         found = (sharded_hybrid(ctx, c) for c in _shortlist(refined, opts.objective, 1))
         refined += [c for c in found if c is not None]
     chosen = _final_list(refined, opts.objective)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from hetplan.cluster.spec import Cluster
@@ -26,7 +27,7 @@ from hetplan.planspec.order import received_ahead
 from hetplan.planspec.plan import Plan
 from hetplan.planspec.strategies import spec_of
 from hetplan.predict.backward_peak import backward_peak
-from hetplan.predict.sharded import sharded_breakdown
+from hetplan.predict.sharded import rank_breakpoints, sharded_breakdown
 from hetplan.predict.window_memory import WindowStates
 from hetplan.predict.zero1 import owned_fractions
 from hetplan.units import MiB, fmt_bytes
@@ -82,6 +83,8 @@ def plan_memory(
     windows = WindowStates(plan, graph, ranges[0]) if spec.windowed(plan) else None
     # a flushed step's phases (predict/backward_peak.py); recomputation keeps its own count
     flushed = spec.executor(plan) == "flushed"
+    same: dict[tuple[int, int, int, int, int, bool, float], MemoryBreakdown] = {}
+    runs: dict[tuple[int, int], list[int]] = {}
     for p, pipe in enumerate(plan.pipelines):
         for s, stage in enumerate(pipe.stages):
             lo, hi = ranges[p][s]
@@ -102,36 +105,45 @@ def plan_memory(
             batch = _held_batch(plan, graph, s, pipe.batch, n, kept)
             for dev_id in stage.devices:
                 dev = cluster.device(dev_id)
-                mem = stage_memory(
-                    layers,
-                    micro_batch=micro_batch[p],
-                    in_flight=n,
-                    optimizer=plan.optimizer,
-                    dtype=graph.dtype,
-                    recompute=plan.recompute,
-                    held=held,
-                    # no stashed_versions: every stashing plan is windowed, its copies walked
-                    tp=plan.tp,
-                    bucket_bytes=bucket_bytes[s] if sync else 0.0,
-                    framework_bytes=framework_overhead_bytes(is_gpu(dev.type)),
-                    received_bytes=float(graph.cut_bytes[lo - 1]) if lo > 0 else 0.0,
-                    input_bytes=input_bytes,
-                    tied_params=stage_tied_params(graph, ranges[p], s, plan.tp),
-                    optimizer_state=not spec.hosts_parameters,
-                    ps_buffers=flat,
-                    batch_bytes=batch,
-                    accumulates=plan.micro_batches > 1 and not spec.gathers_weights(plan),
-                )
-                if spec.gathers_weights(plan):
-                    mem = sharded_breakdown(mem, plan, graph, p, layers)
-                elif zero1:  # ZeRO-1: its owned tensors' state
-                    mem = mem.with_terms(optimizer=mem.optimizer * owned[p])
-                if flushed and (held is None or held.inputs == 0):  # nothing checkpointed
-                    mem = backward_peak(
-                        mem, layers, micro_batch=micro_batch[p], micro_batches=plan.micro_batches,
-                        optimizer=plan.optimizer, dtype=graph.dtype, tp=plan.tp,
-                        bucket_cap_bytes=plan.bucket_mb * MiB, first=lo,
-                    )  # fmt: skip
+                # Replicas of one stage on one kind of device with one batch hold the same
+                # (a datacenter's hundreds of data-parallel replicas: priced once); a sharded
+                # replica's state depends on its run of ranks, a ZeRO-1 one's on its share.
+                key = (s, lo, hi, micro_batch[p], pipe.batch, is_gpu(dev.type),
+                       _rank_key(plan, graph, p, lo, hi, owned, runs))  # fmt: skip
+                mem = same.get(key)
+                if mem is None:
+                    mem = stage_memory(
+                        layers,
+                        micro_batch=micro_batch[p],
+                        in_flight=n,
+                        optimizer=plan.optimizer,
+                        dtype=graph.dtype,
+                        recompute=plan.recompute,
+                        held=held,
+                        # no stashed_versions: every stashing plan is windowed (copies walked)
+                        tp=plan.tp,
+                        bucket_bytes=bucket_bytes[s] if sync else 0.0,
+                        framework_bytes=framework_overhead_bytes(is_gpu(dev.type)),
+                        received_bytes=float(graph.cut_bytes[lo - 1]) if lo > 0 else 0.0,
+                        input_bytes=input_bytes,
+                        tied_params=stage_tied_params(graph, ranges[p], s, plan.tp),
+                        optimizer_state=not spec.hosts_parameters,
+                        ps_buffers=flat,
+                        batch_bytes=batch,
+                        accumulates=plan.micro_batches > 1 and not spec.gathers_weights(plan),
+                    )
+                    if spec.gathers_weights(plan):
+                        mem = sharded_breakdown(mem, plan, graph, p, layers)
+                    elif zero1:  # ZeRO-1: its owned tensors' state
+                        mem = mem.with_terms(optimizer=mem.optimizer * owned[p])
+                    if flushed and (held is None or held.inputs == 0):  # nothing checkpointed
+                        mem = backward_peak(
+                            mem, layers, micro_batch=micro_batch[p],
+                            micro_batches=plan.micro_batches, optimizer=plan.optimizer,
+                            dtype=graph.dtype, tp=plan.tp, bucket_cap_bytes=plan.bucket_mb * MiB,
+                            first=lo,
+                        )  # fmt: skip
+                    same[key] = mem
                 if windows is not None:
                     mem = windows.held(dev_id, mem)
                 if s > 0:
@@ -149,6 +161,28 @@ def plan_memory(
         if dev_id not in out:
             out[dev_id] = _server_only(cluster, dev_id, shard, flat)
     return out
+
+
+def _rank_key(
+    plan: Plan,
+    graph: ModelGraph,
+    replica: int,
+    lo: int,
+    hi: int,
+    owned: list[float],
+    runs: dict[tuple[int, int], list[int]],
+) -> float:
+    """What of its replica index a stage's memory depends on: none (-1), ZeRO-1's owned share,
+    or a sharded stage's run of ranks holding the same bytes
+    (:func:`hetplan.predict.sharded.rank_breakpoints`, cached per stage in ``runs``)."""
+    spec = spec_of(plan)
+    if spec.shards_optimizer_only(plan):
+        return owned[replica]
+    if not spec.gathers_weights(plan):
+        return -1
+    if (lo, hi) not in runs:
+        runs[(lo, hi)] = rank_breakpoints(graph.layers[lo : hi + 1], len(plan.pipelines))
+    return bisect.bisect_right(runs[(lo, hi)], replica)
 
 
 def _held_batch(

@@ -34,6 +34,7 @@ from hetplan.cost.memory import (
 from hetplan.cost.ps_cpu import copy_s
 from hetplan.cost.sharded import (
     ZeroStage,
+    chunk_rows,
     gathered_pass,
     group_gathered_bytes,
     group_shard_bytes,
@@ -299,3 +300,16 @@ def state_parts(
 def rank_state_bytes(graph: ModelGraph, n: int, optimizer: str, *, zero: int) -> float:
     """The most state bytes a rank of ``n`` holds (rank 0 owns the most rows)."""
     return sum(state_parts(graph, n, optimizer, zero=zero).values())
+
+
+def rank_breakpoints(layers: Sequence[LayerInfo], n: int) -> list[int]:
+    """The ranks of ``n`` at which some tensor of ``layers`` changes how many unpadded rows a
+    rank owns (``torch.chunk``: ``c`` rows up to rank ``rows // c``, then a part, then none):
+    ranks between two breakpoints hold the same bytes (:func:`state_parts`), so a memory
+    model prices one rank of each run (``bisect_right(breakpoints, rank)``)."""
+    out: set[int] = set()
+    for layer in layers:
+        for t in layer_tensors(layer):
+            full = t.rows // chunk_rows(t.rows, n)
+            out.update((full, full + 1))
+    return sorted(out)
