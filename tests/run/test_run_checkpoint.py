@@ -60,6 +60,17 @@ def close(a: list[float], b: list[float]) -> None:
     torch.testing.assert_close(torch.tensor(a), torch.tensor(b), rtol=1e-5, atol=1e-6)
 
 
+def check_crossings(folder: Path, pairs: list[tuple[Plan, Plan, str]]) -> None:
+    """Each (writer, reader, name): the reader resumed from the writer's checkpoint of 2 steps
+    trains 2 more to the losses of the single process resumed from the same checkpoint."""
+    for writer, reader, name in pairs:
+        ckpt = folder / name
+        run_plan(writer, source=SOURCE, steps=2, training=Training(data=DATA, checkpoint_dir=ckpt))
+        got = run_plan(reader, source=SOURCE, steps=2, training=Training(data=DATA, resume=ckpt))
+        ref, _ = reference_run(reader, SOURCE, steps=2, data=DATA, resume=step_dir(ckpt, 2))
+        close(losses(got), ref)
+
+
 @pytest.mark.parametrize("plan", [PLAN_A, PLAN_B], ids=["two-stage", "dp"])
 def test_training_on_the_example_dataset_lowers_the_loss(plan: Plan) -> None:
     got = losses(run_plan(plan, source=SOURCE, steps=12, training=Training(data=DATA)))

@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 from fsdp_entries import CountingSource
-from test_run_checkpoint import DATA, SOURCE, close, losses, make_plan
+from test_run_checkpoint import check_crossings, close, losses, make_plan
 
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.references.reference import reference_run, reference_step
-from hetplan.run.setup.checkpoint import step_dir
 from hetplan.run.setup.model import MLPSource, ZooSource, layer_names
-from hetplan.run.train import Training, run_plan
+from hetplan.run.train import run_plan
 
 MLP = MLPSource(widths=(6, 10, 12, 5))
 LAYERS = ["fc0", "act0", "fc1", "act1", "head"]
@@ -62,16 +61,14 @@ def test_checkpoints_cross_between_sharded_and_unsharded_plans(tmp_path: Path) -
     """fsdp -> dp and fsdp -> gpipe, and a gpipe checkpoint resumed by fsdp: the losses of the
     single process resumed from the same checkpoint."""
     sharded = make_plan([5], [20, 8, 4], "fsdp", micro=1)
-    for writer, reader, name in [
-        (sharded, make_plan([5], [20, 12], "dp"), "to-dp"),
-        (sharded, make_plan([2, 3], [32], "gpipe"), "to-gpipe"),
-        (make_plan([2, 3], [32], "gpipe"), sharded, "from-gpipe"),
-    ]:
-        ckpt = tmp_path / name
-        run_plan(writer, source=SOURCE, steps=2, training=Training(data=DATA, checkpoint_dir=ckpt))
-        got = run_plan(reader, source=SOURCE, steps=2, training=Training(data=DATA, resume=ckpt))
-        ref, _ = reference_run(reader, SOURCE, steps=2, data=DATA, resume=step_dir(ckpt, 2))
-        close(losses(got), ref)
+    check_crossings(
+        tmp_path,
+        [
+            (sharded, make_plan([5], [20, 12], "dp"), "to-dp"),
+            (sharded, make_plan([2, 3], [32], "gpipe"), "to-gpipe"),
+            (make_plan([2, 3], [32], "gpipe"), sharded, "from-gpipe"),
+        ],
+    )
 
 
 def test_no_rank_builds_a_whole_replica(tmp_path: Path) -> None:

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_run_checkpoint import DATA, SOURCE, close, losses, make_plan
+from test_run_checkpoint import check_crossings, close, losses, make_plan
 from test_run_fsdp import MLP
 
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.run.references.reference import reference_run, reference_step
-from hetplan.run.setup.checkpoint import step_dir
-from hetplan.run.train import Training, run_plan
+from hetplan.run.train import run_plan
 
 STAGES = [["fc0", "act0"], ["fc1", "act1", "head"]]
 
@@ -63,12 +62,10 @@ def test_trains_to_the_one_process_losses_and_holds_its_stage_shard() -> None:
 
 def test_checkpoints_cross_to_and_from_unsharded_plans(tmp_path: Path) -> None:
     sharded = replace(make_plan([2, 3], [16, 16], "hybrid"), shard_stages=True)
-    for writer, reader, name in [
-        (sharded, make_plan([5], [20, 12], "dp"), "to-dp"),
-        (make_plan([2, 3], [32], "gpipe"), sharded, "from-gpipe"),
-    ]:
-        ckpt = tmp_path / name
-        run_plan(writer, source=SOURCE, steps=2, training=Training(data=DATA, checkpoint_dir=ckpt))
-        got = run_plan(reader, source=SOURCE, steps=2, training=Training(data=DATA, resume=ckpt))
-        ref, _ = reference_run(reader, SOURCE, steps=2, data=DATA, resume=step_dir(ckpt, 2))
-        close(losses(got), ref)
+    check_crossings(
+        tmp_path,
+        [
+            (sharded, make_plan([5], [20, 12], "dp"), "to-dp"),
+            (make_plan([2, 3], [32], "gpipe"), sharded, "from-gpipe"),
+        ],
+    )

@@ -10,12 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_run_checkpoint import DATA, SOURCE, close, losses, make_plan
+from test_run_checkpoint import check_crossings, close, losses, make_plan
 from test_run_fsdp import MLP, _fsdp
 
 from hetplan.run.references.reference import reference_run, reference_step
-from hetplan.run.setup.checkpoint import step_dir
-from hetplan.run.train import Training, run_plan
+from hetplan.run.train import run_plan
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "momentum"])
@@ -51,13 +50,11 @@ def test_checkpoints_cross_between_zero1_and_unsharded_plans(tmp_path: Path) -> 
     """zero-1 -> dp, zero-1 -> gpipe and gpipe -> zero-1: the losses of the single process
     resumed from the same checkpoint (each owner wrote its slots; a reader loads its own)."""
     zero1 = replace(make_plan([5], [20, 8, 4], "fsdp", micro=1), zero=1)
-    for writer, reader, name in [
-        (zero1, make_plan([5], [20, 12], "dp"), "to-dp"),
-        (zero1, make_plan([2, 3], [32], "gpipe"), "to-gpipe"),
-        (make_plan([2, 3], [32], "gpipe"), zero1, "from-gpipe"),
-    ]:
-        ckpt = tmp_path / name
-        run_plan(writer, source=SOURCE, steps=2, training=Training(data=DATA, checkpoint_dir=ckpt))
-        got = run_plan(reader, source=SOURCE, steps=2, training=Training(data=DATA, resume=ckpt))
-        ref, _ = reference_run(reader, SOURCE, steps=2, data=DATA, resume=step_dir(ckpt, 2))
-        close(losses(got), ref)
+    check_crossings(
+        tmp_path,
+        [
+            (zero1, make_plan([5], [20, 12], "dp"), "to-dp"),
+            (zero1, make_plan([2, 3], [32], "gpipe"), "to-gpipe"),
+            (make_plan([2, 3], [32], "gpipe"), zero1, "from-gpipe"),
+        ],
+    )

@@ -101,20 +101,30 @@ def screening(
     return Screening(pool=pool, exact=space.exhaustive)
 
 
+def _dp_based(
+    space: Space, fits: Sequence[tuple[Selection, Candidate]], objective: Objective
+) -> list[tuple[Selection, Candidate]]:
+    """The multi-device subsets whose data-parallel candidate the families priced as data
+    parallel plus a sync start from: every one of an exact space, else the PS_SUBSETS best by
+    the data-parallel estimate."""
+    multi = [(sel, c) for sel, c in fits if space.sym.size(sel) > 1]
+    if not space.exhaustive:
+        scores = objective.scores([c.estimate for _, c in multi])
+        order = sorted(range(len(multi)), key=scores.__getitem__)
+        multi = [multi[i] for i in order[:PS_SUBSETS]]
+    return multi
+
+
 def _parameter_server(
     ctx: Context,
     space: Space,
     fits: Sequence[tuple[Selection, Candidate]],
     objective: Objective,
 ) -> list[Candidate]:
-    """A parameter server on every multi-device subset of an exact space, else on the
-    PS_SUBSETS best by the data-parallel estimate (it prices as data parallel plus a sync)."""
-    multi = [(sel, c) for sel, c in fits if space.sym.size(sel) > 1]
-    if not space.exhaustive:
-        scores = objective.scores([c.estimate for _, c in multi])
-        order = sorted(range(len(multi)), key=scores.__getitem__)
-        multi = [multi[i] for i in order[:PS_SUBSETS]]
-    return [ps_candidate(ctx, space.devices(sel), dp) for sel, dp in multi]
+    """A parameter server on :func:`_dp_based`'s subsets."""
+    return [
+        ps_candidate(ctx, space.devices(sel), dp) for sel, dp in _dp_based(space, fits, objective)
+    ]
 
 
 def _zero1(
@@ -123,14 +133,8 @@ def _zero1(
     fits: Sequence[tuple[Selection, Candidate]],
     objective: Objective,
 ) -> list[Candidate]:
-    """ZeRO-1 where data parallelism fits (it holds less), on the subsets the parameter
-    server is tried on (:func:`_parameter_server`: it prices as data parallel plus a sync)."""
-    multi = [(sel, c) for sel, c in fits if space.sym.size(sel) > 1]
-    if not space.exhaustive:
-        scores = objective.scores([c.estimate for _, c in multi])
-        order = sorted(range(len(multi)), key=scores.__getitem__)
-        multi = [multi[i] for i in order[:PS_SUBSETS]]
-    found = (zero1_candidate(ctx, dp) for _, dp in multi)
+    """ZeRO-1 where data parallelism fits (it holds less), on :func:`_dp_based`'s subsets."""
+    found = (zero1_candidate(ctx, dp) for _, dp in _dp_based(space, fits, objective))
     return [c for c in found if c is not None]
 
 
