@@ -1,5 +1,5 @@
 """The tensor-bytes counter across a process's threads: side threads registered with
-``run/meters/side_threads.py`` (the asynchronous parameter server's receiver and server) count
+``run/setup/side_threads.py`` (the asynchronous parameter server's receiver and server) count
 into the measured peak. Expected values are the bytes of the uint8 tensors the tests make."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import threading
 
 import torch
 
-from hetplan.run.meters import side_threads
 from hetplan.run.meters.memcount import TensorBytesCounter, step_peak_bytes
-from hetplan.run.meters.side_threads import SideThreads
+from hetplan.run.setup import side_threads
+from hetplan.run.setup.side_threads import SideThreads
 
 MB = 1_000_000
 

@@ -144,7 +144,7 @@ def test_ps_server_only_rank_and_workers_within_15_percent() -> None:
 @pytest.mark.slow
 def test_async_ps_hosts_within_15_percent() -> None:
     """Each rank is a worker and, in threads of its process, a server. Before the counter
-    followed those threads (run/meters/side_threads.py) it saw none of the server's tensors
+    followed those threads (run/setup/side_threads.py) it saw none of the server's tensors
     that the step made, and the servers' buffers were not priced: the quick suite's vgg11
     host measured -39.9%. The servers' pushes and replies overlap the worker's peak or not,
     as the threads happen to run: on this plan the hosts measured -11.0% (their receive

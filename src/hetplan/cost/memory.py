@@ -159,7 +159,7 @@ PS_FLAT_COPIES = 1  # copies of the model's gradient bytes per PS rank at its pu
 # worker's, delivered in process, or a remote one); and the reply to the pulls it answers (one
 # copy for all the pulls a push unblocks). The server's units run while the worker steps, so
 # these add to the worker's peak. Measured with the counter following the server's threads
-# (run/meters/side_threads.py): vgg11 async PS x2 on local-cpu, the host of a 36.9 MB shard
+# (run/setup/side_threads.py): vgg11 async PS x2 on local-cpu, the host of a 36.9 MB shard
 # held 5 shard-sized buffers at its peak (masters, their gradients, these three), 295.4 MB
 # against 110.8 MB for the worker beside it (docs/benchmarks.md, 2026-11-28).
 ASYNC_SERVER_FLAT_COPIES = 3  # shard-sized flat buffers an asynchronous server holds at once

@@ -10,7 +10,7 @@ after its iteration ``c`` is answered only once every worker has pushed iteratio
 ``s = 0`` the workers never wait for each other (the simulator's asynchronous schedule).
 
 The server's threads count in the rank's measured memory: they are registered as side threads
-(:mod:`hetplan.run.meters.side_threads`), each receive buffer they make and each push they
+(:mod:`hetplan.run.setup.side_threads`), each receive buffer they make and each push they
 apply and answer is one unit of work, and what they hold between units (the master copies,
 their gradients, the optimizer's state, the pushes and replies queued or in flight) joins the
 counter's baseline.
@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hetplan.run.execute.ps import PsExecutor
-from hetplan.run.meters.side_threads import SideThreads
+from hetplan.run.setup.side_threads import SideThreads
 
 PUSH_TAG = 71  # gloo tags of the server's messages (their own process groups)
 PULL_TAG = 72

@@ -58,13 +58,13 @@ What is not counted
       subclasses' operators (run as they are: the fake tensors of DTensor's sharding
       propagation hold no memory);
     * operators run on other threads (the mode is thread-local), except those of the side
-      threads registered with :mod:`hetplan.run.meters.side_threads` (below). The counter is
+      threads registered with :mod:`hetplan.run.setup.side_threads` (below). The counter is
       meant for CPU ranks, where the backward runs on the calling thread.
 
 Side threads
     A rank's process may run threads beside the one that steps (the asynchronous parameter
     server's receiver and server, :mod:`hetplan.run.execute.ps_async`). Registered as a
-    :class:`hetplan.run.meters.side_threads.SideThreads`, their tensors held at the entry join
+    :class:`hetplan.run.setup.side_threads.SideThreads`, their tensors held at the entry join
     the baseline (taken between their units of work), and each unit of work they run while the
     counter is active is counted on its own thread through a mode of its own
     (:meth:`TensorBytesCounter.thread_mode`), into the same live total: ``peak_bytes`` is then
@@ -115,8 +115,8 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode, _pop_mode, _push_mode
 
-from hetplan.run.meters import side_threads
 from hetplan.run.meters.fsdp_storage import follow_fsdp_resizes
+from hetplan.run.setup import side_threads
 
 try:
     from torch.distributed.tensor import DTensor as _DTensor
@@ -293,7 +293,7 @@ class TensorBytesCounter:
     @contextlib.contextmanager
     def thread_mode(self) -> Iterator[None]:
         """Count the calling thread's operators into this counter for the block (a side
-        thread's unit of work, :mod:`hetplan.run.meters.side_threads`). Its own mode, pushed on
+        thread's unit of work, :mod:`hetplan.run.setup.side_threads`). Its own mode, pushed on
         this thread's mode stack directly: ``TorchDispatchMode.__enter__``/``__exit__`` also
         save and restore process-wide flags, which interleaved entries and exits on two
         threads would leave wrong."""

@@ -12,7 +12,7 @@ first. Three things make that step's CPU count the one of any step:
   every later step and a resumed run's first step hold it (without this a 2-stage PipeDream
   of gpt-tiny with Adam measured 16.3 and 11.9 MB, -16% and -26% against the prediction);
 - the state that a side thread of the process (the asynchronous parameter server's,
-  :mod:`hetplan.run.meters.side_threads`) holds through every step once training runs, its
+  :mod:`hetplan.run.setup.side_threads`) holds through every step once training runs, its
   master copies' gradients and its optimizer's state, made by a fresh run's first push
   applied, is counted as held from the step's start too;
 - the input batch the step is called with (``run_step`` a ``functools.partial`` of the
@@ -30,8 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hetplan.run.meters import side_threads
 from hetplan.run.meters.memcount import step_peak_bytes
+from hetplan.run.setup import side_threads
 from hetplan.run.setup.tensor_parallel import local
 
 
