@@ -37,6 +37,7 @@ from hetplan.predict.sharded import (
     optimizer_host_s,
     pass_times,
     rank_state_bytes,
+    replica_devices,
     shard_share,
 )
 from hetplan.predict.zero1 import broadcasts_s, owned_fractions
@@ -104,7 +105,7 @@ def zero1_candidate(ctx: Context, dp: Candidate) -> Candidate | None:
     step over its owned tensors (torch's partition, ``predict.zero1``) at its slowest and the
     owners' broadcasts, as the simulator prices it."""
     plan = dp.plan
-    devices = [p.stages[0].devices[0] for p in plan.pipelines]
+    devices = replica_devices(plan)
     if len(devices) < 2 or plan.tp > 1:
         return None
     layers = len(ctx.graph.layers)

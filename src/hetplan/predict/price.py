@@ -46,7 +46,7 @@ from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.planspec.batch import micro_batch_size
 from hetplan.planspec.plan import Plan
 from hetplan.planspec.strategies import spec_of
-from hetplan.predict.sharded import fsdp_work, sharded_stages
+from hetplan.predict.sharded import fsdp_work, replica_devices, sharded_stages
 from hetplan.predict.zero1 import zero1_pipes
 from hetplan.schedule.work import (
     CutWork,
@@ -219,7 +219,7 @@ def price(
     if spec.gathers_weights(plan):  # pipelines of sharded stages
         pipes = sharded_stages(plan, graph, cluster, compute, ranges, pipes)
     if spec.shards_optimizer_only(plan):
-        pipes = zero1_pipes(pipes, [p.stages[0].devices[0] for p in plan.pipelines], graph, cluster)
+        pipes = zero1_pipes(pipes, replica_devices(plan), graph, cluster)
     return PricedWork(
         pipes=pipes,
         buckets=buckets,
