@@ -192,6 +192,7 @@ def test_cluster_to_config_round_trips_custom_figures(tmp_path: Path) -> None:
     data["nodes"][1]["devices"].append({"type": "Npu", "count": 2, "speed": 0.5})
     data["nodes"][0]["pairs"].append({"between": [2, 0], "link": {"type": "PCIe4x16"}})
     data["collective_overhead_us"] = 12.5
+    data["collective_step_latency_us"] = 640
     cluster = cluster_from_data(data, "t.yaml")
     out = tmp_path / "out.yaml"
     write_cluster_config(out, cluster_to_config(cluster))
@@ -199,6 +200,7 @@ def test_cluster_to_config_round_trips_custom_figures(tmp_path: Path) -> None:
     assert again.devices == cluster.devices
     assert again.network == cluster.network and again.intra_links == cluster.intra_links
     assert again.collective_overhead_s == cluster.collective_overhead_s
+    assert again.collective_step_s == pytest.approx(640e-6, rel=1e-12)
     assert again.pair_links.keys() == cluster.pair_links.keys()
     for key, link in cluster.pair_links.items():
         got = again.pair_links[key]

@@ -75,6 +75,8 @@ CASES = [
      "device_types.T4: compute_efficiency: expected a fraction in (0, 1] (got 1.5)"),
     ("device_types", {"Mine": {"base": "Z9"}}, "device_types.Mine.base: unknown device type 'Z9'"),
     ("collective_overhead_us", -5, "collective_overhead_us: expected a finite number >= 0"),
+    ("collective_step_latency_us", -1,
+     "collective_step_latency_us: expected a finite number >= 0"),
 ]  # fmt: skip
 
 

@@ -121,6 +121,7 @@ def _reference(cluster: Cluster) -> ClusterSummary:
         slowest_link=slow,
         fastest_link=fast,
         collective_overhead_s=cluster.collective_overhead_s,
+        collective_step_s=cluster.collective_step_s,
     )
 
 

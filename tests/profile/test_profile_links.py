@@ -65,8 +65,12 @@ def test_allreduce_overhead_is_intercept_minus_ring_latency() -> None:
     assert ar.fit.a_s == pytest.approx(200e-6)
     assert ar.overhead_s == pytest.approx(80e-6)
     assert ar.bus_bandwidth == pytest.approx(1e9)
-    # an intercept below the ring latency gives no negative overhead
-    assert allreduce_result(3, SIZES, [[50e-6 + s / 1e9] for s in SIZES], pairs).overhead_s == 0
+    assert ar.step_latency_s is None  # the pairs do not overstate a step here
+    # an intercept below the ring latency gives no negative overhead, but a step latency:
+    # 50 us over the ring's 2 (W-1) = 4 steps
+    low = allreduce_result(3, SIZES, [[50e-6 + s / 1e9] for s in SIZES], pairs)
+    assert low.overhead_s == 0
+    assert low.step_latency_s == pytest.approx(12.5e-6)
 
 
 def rank_output(rank: int, pairs: dict[str, Any], allreduce: dict[str, list[float]]) -> dict:
@@ -128,6 +132,16 @@ def test_apply_report_writes_pairs_and_overhead_the_planner_reads(tmp_path: Path
         assert link.bandwidth == pytest.approx(bw, rel=1e-5)
     assert back.collective_overhead_s == pytest.approx(ar.overhead_s, rel=1e-5)
     assert ar.overhead_s == pytest.approx(500e-6 - 2 * 2 * 30e-6)
+    assert back.collective_step_s is None
+    # an all-reduce faster than the pairs' ring (60 us < 4 x 30 us): its step is written
+    fast = allreduce_result(3, SIZES, [[60e-6 + s / 1e9] for s in SIZES], pairs)
+    measured = LinkReport(
+        backend="gloo", world_size=3, statistic="median", pairs=tuple(pairs), allreduce=fast
+    )
+    write_cluster_config(path, apply_report(config, cluster, measured))
+    again = load_cluster(path)
+    assert again.collective_step_s == pytest.approx(15e-6, rel=1e-5)
+    assert again.collective_overhead_s == 0
     with pytest.raises(InputError, match="2 ranks"):
         apply_report(
             config,

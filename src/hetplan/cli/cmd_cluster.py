@@ -114,6 +114,8 @@ def _print_summary(s: ClusterSummary) -> None:
     console.print(_pair("slowest link", s.slowest_link))
     console.print(_pair("fastest link", s.fastest_link))
     console.print(f"collective overhead: {fmt_seconds(s.collective_overhead_s)}")
+    if s.collective_step_s is not None:
+        console.print(f"collective step latency (measured cap): {fmt_seconds(s.collective_step_s)}")
 
 
 def show(

@@ -288,6 +288,14 @@ def allreduce_lines(ar: AllreduceResult) -> list[str]:
         f"fit: {ar.fit.a_s * 1e6:.1f} us + S x {ar.fit.k_s * 1e9:.4f} ns/B (ring bus bandwidth "
         f"{bus}); ring latency terms {ar.ring_latency_s * 1e6:.1f} us -> collective overhead "
         f"{ar.overhead_s * 1e6:.1f} us",
+        *(
+            []
+            if ar.step_latency_s is None
+            else [
+                f"the pairs overstate a collective's step: collective step latency "
+                f"{ar.step_latency_s * 1e6:.1f} us (intercept / {2 * (ar.world_size - 1)} steps)"
+            ]
+        ),
     ]
 
 

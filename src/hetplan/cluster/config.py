@@ -4,7 +4,8 @@ Units in the file are in the field names:
 
 - ``bandwidth_GBps``: gigabytes per second (1e9 B/s); ``bandwidth_gbit``: gigabits per
   second (1e9 bit/s, as network gear is quoted). Give one of the two.
-- ``latency_us``, ``kernel_overhead_us``, ``collective_overhead_us``: microseconds.
+- ``latency_us``, ``kernel_overhead_us``, ``collective_overhead_us``,
+  ``collective_step_latency_us``: microseconds.
 - ``memory_GiB``: gibibytes; ``memory_bandwidth_GBps``: GB/s; ``peak_tflops``: TFLOP/s per
   dtype; ``*_power_w``: watts; ``price_per_hour``: USD per hour.
 
@@ -43,8 +44,15 @@ Full schema (``?`` marks optional keys)::
         memory_GiB?, memory_bandwidth_GBps?, idle_power_w?, max_power_w?, price_per_hour?,
         compute_efficiency?, memory_efficiency?, kernel_overhead_us?, source?
     collective_overhead_us?: float = 30   # DEFAULT_COLLECTIVE_OVERHEAD_S
+    collective_step_latency_us?: float    # a collective step's latency, measured (below)
     # LINK: {type: CATALOG_LINK, bandwidth_GBps|bandwidth_gbit?, latency_us?}
     #    or {bandwidth_GBps|bandwidth_gbit: .., latency_us: ..}
+
+``collective_step_latency_us`` caps the latency of every step of gloo's reduce and broadcast
+(the synchronous parameter server on CPU ranks), whatever the pair latencies say.
+``hetplan profile-links`` writes it where its all-reduce over every rank runs faster than the pairs' ping-pongs predict: CPU
+ranks sharing a core, where a ping-pong waits for the partner's time slice and a collective's
+steps overlap (docs/cost-models.md, "Collective steps on CPU ranks").
 
 ``address`` is where the other nodes reach this node: ``hetplan train --print-commands`` puts
 the first node's into ``--rdzv ADDRESS:29400`` (without one, the node's name, which must then
@@ -239,6 +247,9 @@ class ClusterConfig:
     device_types: dict[str, DeviceTypeConfig] = field(default_factory=dict)
     collective_overhead_us: float = round(DEFAULT_COLLECTIVE_OVERHEAD_S / US, 6)
     """Fixed cost per collective call, microseconds."""
+    collective_step_latency_us: float | None = None
+    """The most one step of a collective waits on its link, microseconds (None: the pair
+    latencies alone)."""
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -249,6 +260,8 @@ class ClusterConfig:
                 raise ValueError(f"nodes.{i}.name: duplicate node name {node.name!r}")
             seen.add(node.name)
         _non_negative("collective_overhead_us", self.collective_overhead_us)
+        if self.collective_step_latency_us is not None:
+            _non_negative("collective_step_latency_us", self.collective_step_latency_us)
 
 
 def config_from_data(data: Any, source: str) -> ClusterConfig:

@@ -121,4 +121,7 @@ def cluster_to_config(cluster: Cluster) -> ClusterConfig:
         pairs=top_pairs,
         device_types=types,
         collective_overhead_us=_h(cluster.collective_overhead_s, 1e-6),
+        collective_step_latency_us=(
+            None if cluster.collective_step_s is None else _h(cluster.collective_step_s, 1e-6)
+        ),
     )

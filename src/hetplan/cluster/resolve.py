@@ -224,5 +224,10 @@ def resolve_config(config: ClusterConfig, source: str) -> Cluster:
         pair_links=pairs,
         network=network,
         collective_overhead_s=config.collective_overhead_us / PER_S,
+        collective_step_s=(
+            None
+            if config.collective_step_latency_us is None
+            else config.collective_step_latency_us / PER_S
+        ),
         addresses={n.name: n.address for n in config.nodes if n.address is not None},
     )

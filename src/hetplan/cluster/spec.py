@@ -113,6 +113,11 @@ class Cluster:
     """Each node's link to the inter-node network, by node name."""
     collective_overhead_s: float = 0.0
     """Fixed cost per collective call (negotiation, buffer set-up), seconds."""
+    collective_step_s: float | None = None
+    """The most latency one step of a collective sees on any link, seconds, measured from a
+    collective over every device (``profile-links``); None: the links' own latencies. Used by
+    gloo's reduce and broadcast (:mod:`hetplan.cost.comm_gloo`); point-to-point transfers and
+    the all-reduce ring keep the links' figures (:meth:`collective_link`)."""
     addresses: dict[str, str] = field(default_factory=dict)
     """Host name or IP address where each node is reachable, by node name (the nodes whose
     cluster file gives one)."""
@@ -173,6 +178,21 @@ class Cluster:
         if inter is None:
             inter = self._inter_link(da.node, db.node)
         return inter
+
+    def collective_link(self, link: Link) -> Link:
+        """``link`` as one step of a collective sees it: its latency capped at
+        ``collective_step_s``. CPU ranks that share a core answer a ping-pong a time slice
+        late, but in a collective every rank is already waiting on its next step, so the
+        measured step is far shorter than the pair figure (docs/cost-models.md, "Collective
+        steps on CPU ranks")."""
+        step = self.collective_step_s
+        if step is None or link.latency_s <= step:
+            return link
+        return Link(kind=link.kind, bandwidth=link.bandwidth, latency_s=step)
+
+    def collective_link_of(self, link: Link | None) -> Link | None:
+        """:meth:`collective_link` of a link that may be missing (a one-device node)."""
+        return None if link is None else self.collective_link(link)
 
     def _inter_link(self, na: str, nb: str) -> Link:
         la, lb = self.network.get(na), self.network.get(nb)

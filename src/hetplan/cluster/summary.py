@@ -77,6 +77,8 @@ class ClusterSummary:
     fastest_link: PairLink | None
     """Highest-bandwidth pair (lowest latency on ties); None with a single device."""
     collective_overhead_s: float
+    collective_step_s: float | None = None
+    """The measured cap on a collective step's latency (None: the links' own)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +111,7 @@ class _Layout:
     """Pair overrides."""
     device_id: Callable[[int], str]
     collective_overhead_s: float
+    collective_step_s: float | None = None
     starts: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -180,6 +183,7 @@ def _cluster_layout(cluster: Cluster) -> _Layout:
         pairs=pairs,
         device_id=lambda p: ordered[p].id,
         collective_overhead_s=cluster.collective_overhead_s,
+        collective_step_s=cluster.collective_step_s,
     )
 
 
@@ -295,6 +299,11 @@ def _config_layout(config: ClusterConfig, source: str) -> _Layout:
         pairs=pairs,
         device_id=device_id,
         collective_overhead_s=config.collective_overhead_us / PER_S,
+        collective_step_s=(
+            None
+            if config.collective_step_latency_us is None
+            else config.collective_step_latency_us / PER_S
+        ),
     )
 
 
@@ -540,6 +549,7 @@ def _summary(layout: _Layout) -> ClusterSummary:
         slowest_link=slow,
         fastest_link=fast,
         collective_overhead_s=layout.collective_overhead_s,
+        collective_step_s=layout.collective_step_s,
     )
 
 

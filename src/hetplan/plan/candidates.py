@@ -16,12 +16,14 @@ import numpy as np
 
 from hetplan.cluster.spec import Cluster
 from hetplan.cost.comm import allreduce_time, ps_sync_time
+from hetplan.cost.comm_gloo import gloo_ps_phases
 from hetplan.cost.contention import concurrent_cluster
 from hetplan.cost.memory import (
     framework_overhead_bytes,
     is_gpu,
     tp_grad_tensor_bytes,
 )
+from hetplan.cost.ps_cpu import host_bytes
 from hetplan.cost.threads import compute_kind
 from hetplan.graph.types import ModelGraph
 from hetplan.plan.closed_form import asynchronous_s, flushed_s
@@ -139,20 +141,26 @@ def dp_from_estimate(
 def ps_candidate(ctx: Context, devices: Sequence[str], dp: Candidate) -> Candidate:
     """Synchronous parameter server, one shard per worker (co-located, balanced by size), on
     the data-parallel candidate's batches. Screening estimate: the slowest worker's compute,
-    then the push and pull of every shard (``cost.comm.ps_sync_time``, not overlapped), then
+    then the push and pull of every shard (``cost.comm.ps_sync_time``, not overlapped; on CPU
+    ranks gloo's reduce and broadcast, ``cost.comm_gloo``), then
     the optimizer step (the simulator's worker step after its pull)."""
     m = dp.plan.micro_batches
     busy = {
         d: m * ctx.pricing.step_time(d, micro_batch_size(p.batch, m))
         for d, p in zip(devices, dp.plan.pipelines, strict=True)
     }
-    sync = ps_sync_time(
+    cluster = ctx.pricing.cluster
+    timing = ps_sync_time(
         [b for sizes in tp_grad_tensor_bytes(ctx.graph.layers, ctx.graph.dtype) for b in sizes],
         list(devices),
         list(devices),
-        ctx.pricing.cluster,
+        cluster,
         policy="size",
-    ).sync_s
+    )
+    sync = timing.sync_s
+    if all(cluster.device(d).type.is_cpu for d in devices):  # gloo's calls, as predict prices
+        hosts = host_bytes(list(devices), timing.shard_bytes)
+        sync = sum(gloo_ps_phases(hosts, list(devices), cluster))
     layers = len(ctx.graph.layers)
     step = max(ctx.pricing.optimizer_s(d, 0, layers, ctx.optimizer) for d in devices)
 

@@ -35,6 +35,7 @@ from dataclasses import replace
 from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import comm
 from hetplan.cost.comm_buckets import first_bucket
+from hetplan.cost.comm_gloo import gloo_ps_phases
 from hetplan.cost.contention import concurrent_cluster
 from hetplan.cost.memory import is_gpu, optimizer_step_s, tp_grad_tensor_bytes
 from hetplan.cost.ps_cpu import PsCpuWork, host_bytes, ps_cpu_work
@@ -261,7 +262,8 @@ def _ps_work(
     )
     total = float(sum(tensors))
     devices = [*workers, *plan.ps_devices]
-    if not all(cluster.device(d).type.is_cpu for d in devices):
+    on_cpu = all(cluster.device(d).type.is_cpu for d in devices)
+    if not on_cpu:
         cpu = PsCpuWork(push_s={}, pull_s={}, server_s={})
     else:
         hosts = host_bytes(plan.ps_devices, timing.shard_bytes)
@@ -286,14 +288,17 @@ def _ps_work(
             server = {h: share * t for h, t in cpu.server_s.items()}
             pipes = [_with_opt(p, server.get(p.stages[0].devices[0], 0.0)) for p in pipes]
         return ps, pipes
-    push = timing.push_s + max(cpu.push_s.values(), default=0.0)
-    ps = [
-        PsWork(
-            push_s=push,
-            pull_s=max(timing.per_worker_s[w] - timing.push_s, 0.0) + cpu.pull_s.get(w, 0.0),
-            nbytes=total,
+    pull = {w: max(timing.per_worker_s[w] - timing.push_s, 0.0) for w in workers}
+    push = timing.push_s
+    if on_cpu:  # gloo's reduce and broadcast, as the runtime calls them
+        group = list(dict.fromkeys(devices))
+        push, pulls = gloo_ps_phases(
+            host_bytes(plan.ps_devices, timing.shard_bytes), group, cluster
         )
-        for w in workers
+        pull = dict.fromkeys(workers, pulls)
+    push += max(cpu.push_s.values(), default=0.0)
+    ps = [
+        PsWork(push_s=push, pull_s=pull[w] + cpu.pull_s.get(w, 0.0), nbytes=total) for w in workers
     ]
     return ps, pipes
 

@@ -1,7 +1,8 @@
 """Run the link benchmark on a cluster's devices and write the figures into its cluster file.
 
 Measured pairs become top-level ``pairs`` overrides (by device id) and the allreduce overhead
-becomes ``collective_overhead_us``: exactly what :func:`hetplan.cluster.load_cluster` reads.
+becomes ``collective_overhead_us`` (and, where the pairs overstate a collective's step,
+``collective_step_latency_us``): exactly what :func:`hetplan.cluster.load_cluster` reads.
 """
 
 from __future__ import annotations
@@ -84,7 +85,10 @@ def apply_report(config: ClusterConfig, cluster: Cluster, report: LinkReport) ->
     ]
     out.pairs = kept + new
     if report.allreduce is not None:
+        step = report.allreduce.step_latency_s
         out = dataclasses.replace(
-            out, collective_overhead_us=_round(report.allreduce.overhead_s * 1e6)
+            out,
+            collective_overhead_us=_round(report.allreduce.overhead_s * 1e6),
+            collective_step_latency_us=None if step is None else _round(step * 1e6),
         )
     return out

@@ -8,7 +8,10 @@ round trip. The figures are fitted by least squares:
 - a pair: ``t(S) = L + S / B`` (latency ``L``, bandwidth ``B``);
 - allreduce on ``W`` ranks: ``T(S) = a + k S``; the fixed per-collective overhead is what the
   intercept leaves after the ring's latency terms, ``a - 2 (W-1) max L`` over the ring's edges
-  (the ring model of :mod:`hetplan.cost.comm_collectives`).
+  (the ring model of :mod:`hetplan.cost.comm_collectives`). Where the intercept is *below*
+  those terms, the pairs overstate a collective's step (CPU ranks sharing a core: a
+  ping-pong waits for the partner's time slice, a ring's ranks all wait on their next step at
+  once), and ``a / (2 (W-1))`` becomes the cluster's ``collective_step_latency_us``.
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ class AllreduceResult:
     """``2 (W-1) max L`` over the ring's edges, from the pair measurements."""
     overhead_s: float
     """``max(0, a - ring_latency_s)``: fixed cost per collective call."""
+    step_latency_s: float | None = None
+    """``a / (2 (W-1))`` where ``a < ring_latency_s`` (the pairs overstate a step), else
+    None."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +163,7 @@ def allreduce_result(
     fit = fit_linear([float(s) for s in sizes], [pick(s, statistic) for s in stats])
     ring = ring_latency(world, pairs)
     steps = 2 * (world - 1) / world
+    step = max(fit.a_s, 0.0) / (2 * (world - 1)) if world > 1 and fit.a_s < ring else None
     return AllreduceResult(
         world_size=world,
         sizes=tuple(sizes),
@@ -165,6 +172,7 @@ def allreduce_result(
         bus_bandwidth=steps / fit.k_s if fit.k_s > 0 else None,
         ring_latency_s=ring,
         overhead_s=max(0.0, fit.a_s - ring),
+        step_latency_s=step,
     )
 
 
