@@ -35,6 +35,7 @@ TERM_NAMES = {
     "stashed_weights": "stashed weights",
     "comm_buffers": "gradient buckets",
     "gathered": "gathered layers (fsdp)",
+    "optimizer_step": "optimizer step temporaries",
     "ps_shard": "parameter-server shard",
     "framework": "framework allowance",
 }

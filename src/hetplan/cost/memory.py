@@ -112,6 +112,9 @@ class MemoryBreakdown:
     gathered: float = 0.0
     """Sharded data parallelism: layers' weights gathered at once beside the shards
     (:mod:`hetplan.cost.sharded`)."""
+    optimizer_step: float = 0.0
+    """The optimizer step's temporaries, where the step is the stage's peak
+    (:mod:`hetplan.cost.optimizer_step`)."""
 
     def with_terms(self, **terms: float) -> MemoryBreakdown:
         """This breakdown with ``terms`` replaced and the total following them."""

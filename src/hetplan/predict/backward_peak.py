@@ -23,7 +23,10 @@ autocast's copies...), the largest of:
    micro-batches), the
    gradients (all with several micro-batches, those of ``l`` and after with one) and the
    buckets complete by then (every member after ``l``: the runtime's bucket assignment);
-3. the end of the backward: every gradient and every bucket.
+3. the end of the backward: every gradient and every bucket;
+4. the optimizer step: every gradient and the step's temporaries
+   (:mod:`hetplan.cost.optimizer_step`), the buckets written back and freed
+   (``BucketSync.finish``).
 
 Measured (quick suite of 2026-11-28, worst rank, re-predicted): gpt-tiny dp on 4 ranks -21.4%
 (its peak is the head's backward, before any bucket and almost every gradient), vgg11 hybrid
@@ -47,6 +50,7 @@ from hetplan.cost.memory import (
     layer_workspace,
     tp_grad_tensor_bytes,
 )
+from hetplan.cost.optimizer_step import optimizer_step_bytes
 from hetplan.graph.types import LayerInfo
 from hetplan.planspec.dtypes import DTYPE_BYTES
 
@@ -65,10 +69,12 @@ def backward_peak(
     tp: int,
     bucket_cap_bytes: float,
     first: int = 0,
+    foreach: bool = False,
 ) -> MemoryBreakdown:
     """``mem`` (:func:`hetplan.cost.memory.stage_memory` of a flushed stage, without
     recomputation) with its phase terms as held at the largest phase (module docstring);
-    ``first``: the graph index of ``layers[0]`` (where tied weights' owners are found)."""
+    ``first``: the graph index of ``layers[0]`` (where tied weights' owners are found);
+    ``foreach``: the optimizer takes torch's foreach path (CUDA ranks)."""
     if not layers:
         return mem
     per = layer_bytes(layers, optimizer=optimizer, dtype=dtype, tp=tp)
@@ -84,15 +90,40 @@ def backward_peak(
     workspace = layer_workspace(layers, micro_batch, tp, dtype) + temp
     last = saved + workspace + held_grads + after
     k = int(np.argmax(last))
+    step = _step_bytes(mem, layers, optimizer, dtype, tp, foreach)
     phases = [
         {"activations": float(saved[k]), "backward_workspace": float(workspace[k]),
-         "grads": float(held_grads[k]), "comm_buffers": float(after[k])},
+         "grads": float(held_grads[k]), "comm_buffers": float(after[k]), "optimizer_step": 0.0},
         {"activations": 0.0, "backward_workspace": 0.0, "grads": total_grads,
-         "comm_buffers": mem.comm_buffers},
+         "comm_buffers": mem.comm_buffers, "optimizer_step": 0.0},
+        {"activations": 0.0, "backward_workspace": 0.0, "grads": total_grads,
+         "comm_buffers": 0.0, "optimizer_step": step},
     ]  # fmt: skip
     if several:
-        phases.append({**{t: getattr(mem, t) for t in _PHASE_TERMS}, "comm_buffers": 0.0})
+        phases.append(
+            {
+                **{t: getattr(mem, t) for t in _PHASE_TERMS},
+                "comm_buffers": 0.0,
+                "optimizer_step": 0.0,
+            }
+        )
     return mem.with_terms(**max(phases, key=lambda p: sum(p.values())))
+
+
+def _step_bytes(
+    mem: MemoryBreakdown,
+    layers: Sequence[LayerInfo],
+    optimizer: str,
+    dtype: str,
+    tp: int,
+    foreach: bool,
+) -> float:
+    """The optimizer step's temporaries over the state ``mem`` keeps (its largest tensor's
+    on the single-tensor path: the stage's largest, an upper bound for a ZeRO-1 share)."""
+    per_element = DTYPE_BYTES[dtype] * grad_scale(dtype)
+    sizes = tp_grad_tensor_bytes(layers, dtype, tp)
+    largest = max((max(t) for t in sizes if t), default=0) / per_element
+    return optimizer_step_bytes(mem.optimizer, largest, optimizer, foreach=foreach)
 
 
 def _buckets_after(

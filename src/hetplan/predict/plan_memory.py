@@ -141,7 +141,7 @@ def plan_memory(
                             mem, layers, micro_batch=micro_batch[p],
                             micro_batches=plan.micro_batches, optimizer=plan.optimizer,
                             dtype=graph.dtype, tp=plan.tp, bucket_cap_bytes=plan.bucket_mb * MiB,
-                            first=lo,
+                            first=lo, foreach=is_gpu(dev.type),
                         )  # fmt: skip
                     same[key] = mem
                 if windows is not None:
