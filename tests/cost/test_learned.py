@@ -90,3 +90,28 @@ def test_the_fit_recovers_a_known_law_from_exact_samples() -> None:
 def test_one_model_is_not_enough_to_learn_from() -> None:
     with pytest.raises(ValueError, match="2 models"):
         fit_classes(synthetic(law(), "a", 1), "H100-SXM", "bf16")
+
+
+def sloped() -> ClassFit:
+    """``law`` with forward matmul growing more slowly than its calibration: slope -0.2."""
+    slopes = [0.0] * len(OP_CLASSES)
+    slopes[MATMUL] = -0.2
+    return law(slopes=(tuple(slopes), tuple([0.0] * len(OP_CLASSES))))
+
+
+def test_a_slope_scales_a_class_by_its_size_against_the_reference() -> None:
+    # 0.1 ms of matmul forward: 2 x 0.1 ms x (0.1 ms / 1 ms) ** -0.2 = 0.3170 ms (10 ** 0.2 =
+    # 1.5849); at 1 ms the slope changes nothing; host 50 + 10 us, far below.
+    fit = sloped()
+    assert fit.seconds(classes(1e-4), 1, False) == pytest.approx(2e-4 * 10**0.2, rel=1e-3)
+    assert fit.seconds(classes(1e-3), 1, False) == pytest.approx(2e-3, rel=1e-6)
+
+
+def test_the_fit_recovers_a_slope() -> None:
+    truth = sloped()
+    fit = fit_classes(synthetic(truth, "a", 1) + synthetic(truth, "b", 2), "H100-SXM", "bf16")
+    assert fit.slopes[0][MATMUL] == pytest.approx(-0.2, abs=0.03)
+    for s in synthetic(truth, "c", 5):
+        assert fit.seconds(s.class_s, s.kernels, s.backward) == pytest.approx(
+            s.measured_s, rel=0.03
+        )

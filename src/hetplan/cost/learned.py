@@ -5,19 +5,20 @@ from probes of one operation; real layers differ (fused kernels, cuDNN's choices
 issuing kernels). Per-layer profiles of *other* models on the same device type and dtype
 correct it, class by class and pass by pass::
 
-    t(layer) = || ( sum_c s_c T_c(layer),  h_layer + h_kernel K(layer) ) ||_p
+    t(layer) = || ( sum_c s_c T_c (T_c / T_ref) ** k_c,  h_layer + h_kernel K(layer) ) ||_p
 
 ``T_c`` is the calibrated (or catalog) time of the layer's class-``c`` kernels on a stream
 (:func:`hetplan.cost.calibration.on_stream`), ``s_c`` the learned scale of that class in that
-pass, and the second term is the host: what issuing the layer's ``K`` kernels takes (framework
-dispatch and launch, plus a fixed cost per layer call), which a GPU cannot beat however fast
-its kernels are. The two overlap (the host issues ahead while the device runs), hence a bound
-of both, not their sum: the p-norm (:data:`OVERLAP_P`), which is the larger of the two where
-one dominates and a little more where they are close (the queue then runs dry now and then).
-Unlike a hard max it gives the fit a gradient on both sides. The fit minimises robust
-(soft-L1) relative errors in log space over every measured layer and batch size; a weak prior
-holds the scales of classes the models barely use at 1 (:data:`SCALE_PRIOR`). This module is
-torch-free: scipy does the fit.
+pass, ``k_c`` its learned slope (how much faster or slower than the probes' curve the class
+grows with its size, :data:`SLOPE_PRIOR`), and the second term is the host: what issuing the
+layer's ``K`` kernels takes (framework dispatch and launch, plus a fixed cost per layer call),
+which a GPU cannot beat however fast its kernels are. The two overlap (the host issues ahead
+while the device runs), hence a bound of both, not their sum: the p-norm (:data:`OVERLAP_P`),
+which is the larger of the two where one dominates and a little more where they are close (the
+queue then runs dry now and then). Unlike a hard max it gives the fit a gradient on both sides.
+The fit minimises robust (soft-L1) relative errors in log space over every measured layer and
+batch size; a weak prior holds the scales of classes the models barely use at 1
+(:data:`SCALE_PRIOR`) and the slopes at 0. This module is torch-free: scipy does the fit.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ OVERLAP_P = 6.0
 either; where one is twice the other, 1.002 times it. Chosen on the leave-one-out benchmark
 (4 and 8 give the same medians within 1 point; a hard max leaves scales unfitted on layers
 that are launch bound at every measured size)."""
+REFERENCE_S = 1e-3
+"""Seconds: the calibrated class time at which a class's factor is its ``scale`` alone."""
+SLOPE_PRIOR = 1.0
+"""Weight of each slope in the fit's residuals (a slope of 0 costs nothing). The probes of a
+class are one operation shape; real layers' kernels grow faster or slower with their size
+than the probe's curve says (cuDNN picks other algorithms for a network's large and small
+convolutions). Leave-one-out benchmark (``benchmarks/bench_transfer.py``, 2026-11-29): layer
+median |error| 17.2% without slopes; 15.5%, 14.8%, 15.8%, 17.6% with priors 0.3, 1, 3, 10."""
 MIN_MODELS = 2
 """Models a fit needs: one model's layers cannot separate its classes from its quirks."""
 
@@ -79,6 +88,12 @@ class ClassFit:
     """Host seconds per kernel issued, per pass."""
     models: tuple[str, ...]
     """The models whose profiles it was fitted on."""
+    slopes: tuple[tuple[float, ...], tuple[float, ...]] = (
+        (0.0,) * len(OP_CLASSES),
+        (0.0,) * len(OP_CLASSES),
+    )
+    """Per pass, each class's exponent on its calibrated time: the class's factor is
+    ``scale (T_c / REFERENCE_S) ** slope`` (0: one factor at every size)."""
     samples: int
     median_error: float
     """Median |relative error| over the samples it was fitted on."""
@@ -86,7 +101,8 @@ class ClassFit:
     def terms(self, class_s: Sequence[float], kernels: int, backward: bool) -> tuple[float, float]:
         """One pass of a layer: its device time and its host time."""
         p = int(backward)
-        device = sum(s * t for s, t in zip(self.scales[p], class_s, strict=True))
+        terms = zip(self.scales[p], self.slopes[p], class_s, strict=True)
+        device = sum(s * _powered(t, b) for s, b, t in terms)
         return device, self.layer_s[p] + self.kernel_s[p] * kernels
 
     def seconds(self, class_s: Sequence[float], kernels: int, backward: bool) -> float:
@@ -107,16 +123,24 @@ class ClassFit:
 _N = len(OP_CLASSES)
 
 
-def _unpack(theta: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray]:
-    e = np.exp(theta)
-    return e[: 2 * _N].reshape(2, _N), e[2 * _N : 2 * _N + 2], e[2 * _N + 2 :]
+def _powered(t: float, slope: float) -> float:
+    """``t (t / REFERENCE_S) ** slope``: a class's calibrated time with its size correction."""
+    return t * (t / REFERENCE_S) ** slope if t > 0 else 0.0
+
+
+def _unpack(theta: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    e = np.exp(theta[: 2 * _N + 4])
+    slopes = theta[2 * _N + 4 :].reshape(2, _N)
+    return e[: 2 * _N].reshape(2, _N), e[2 * _N : 2 * _N + 2], e[2 * _N + 2 : 2 * _N + 4], slopes
 
 
 def _predict(
     theta: FloatArray, feats: FloatArray, kernels: FloatArray, p: npt.NDArray[np.int_]
 ) -> FloatArray:
-    scales, layer_s, kernel_s = _unpack(theta)
-    device = (feats * scales[p]).sum(axis=1)
+    scales, layer_s, kernel_s, slopes = _unpack(theta)
+    safe = np.where(feats > 0, feats, REFERENCE_S)
+    powered = np.where(feats > 0, feats * (safe / REFERENCE_S) ** slopes[p], 0.0)
+    device = (powered * scales[p]).sum(axis=1)
     host = layer_s[p] + kernel_s[p] * kernels
     out: FloatArray = (device**OVERLAP_P + host**OVERLAP_P) ** (1.0 / OVERLAP_P)
     return out
@@ -135,17 +159,17 @@ def fit_classes(samples: Sequence[LayerSample], device_type: str, dtype: str) ->
     kernels = np.array([s.kernels for s in good], dtype=np.float64)
     p = np.array([int(s.backward) for s in good])
     log_measured = np.log([s.measured_s for s in good])
-    start = np.concatenate(
-        [np.zeros(2 * _N), np.log([START_LAYER_S] * 2), np.log([START_KERNEL_S] * 2)]
-    )
+    host = [np.log([START_LAYER_S] * 2), np.log([START_KERNEL_S] * 2)]
+    start = np.concatenate([np.zeros(2 * _N), *host, np.zeros(2 * _N)])
 
     def residuals(theta: FloatArray) -> FloatArray:
         err = np.log(_predict(theta, feats, kernels, p)) - log_measured
-        return np.concatenate([err, SCALE_PRIOR * theta[: 2 * _N]])
+        priors = [SCALE_PRIOR * theta[: 2 * _N], SLOPE_PRIOR * theta[2 * _N + 4 :]]
+        return np.concatenate([err, *priors])
 
     sol = least_squares(residuals, start, loss="soft_l1", f_scale=ROBUST_LOG_ERROR)
     theta = np.asarray(sol.x, dtype=np.float64)
-    scales, layer_s, kernel_s = _unpack(theta)
+    scales, layer_s, kernel_s, slopes = _unpack(theta)
     errors = np.abs(_predict(theta, feats, kernels, p) / np.exp(log_measured) - 1.0)
     return ClassFit(
         device_type=device_type,
@@ -154,6 +178,7 @@ def fit_classes(samples: Sequence[LayerSample], device_type: str, dtype: str) ->
         layer_s=(float(layer_s[0]), float(layer_s[1])),
         kernel_s=(float(kernel_s[0]), float(kernel_s[1])),
         models=models,
+        slopes=(tuple(map(float, slopes[0])), tuple(map(float, slopes[1]))),
         samples=len(good),
         median_error=float(np.median(errors)) if len(errors) else math.nan,
     )

@@ -80,8 +80,13 @@ def layer_samples(profile: Profile, analytical: AnalyticalCompute) -> list[Layer
     return out
 
 
+FIT_FORMAT = 2
+"""The cached fits' form (2: with per-class slopes); a cache of another form is refitted."""
+
+
 def _sources(profiles: list[Profile]) -> list[str]:
-    return [f"{p.model}|{p.dataset}|{p.timestamp}|{list(p.batch_sizes)}" for p in profiles]
+    keys = [f"{p.model}|{p.dataset}|{p.timestamp}|{list(p.batch_sizes)}" for p in profiles]
+    return [f"format {FIT_FORMAT}", *keys]
 
 
 class StoreFits:
