@@ -86,6 +86,7 @@ def plan_cmd(
 ) -> None:
     """Search the best way to train MODEL on CLUSTER; print the ranking, write the winner."""
     from hetplan.cli.plan_view import print_ranking, ranking_json
+    from hetplan.schedule.builder import paused_gc
     from hetplan.usecases.plan import SearchRequest, make_plan
 
     check_output(out, "--out")
@@ -100,11 +101,16 @@ def plan_cmd(
         strategies=strategies, what_if=what_if, asynchronous=asynchronous, sync_only=sync_only,
         time_limit=time_limit,
     )  # fmt: skip
-    found = make_plan(req, out, html, Terminal(quiet=as_json))
-    if as_json:
-        print_json(ranking_json(found.ranking, found.seconds) | {"plan_file": str(out)})
-        return
-    print_ranking(found.ranking, top, found.seconds, wide=wide, tune=_tune_command(req))
+    # The search keeps millions of objects (every finalist's timeline) and makes almost no
+    # cycles: the collector would rescan them after the search, while the plan is written
+    # and while the ranking is printed (seconds for thousands of devices); paused, it scans
+    # what is left once, when the command ends.
+    with paused_gc():
+        found = make_plan(req, out, html, Terminal(quiet=as_json))
+        if as_json:
+            print_json(ranking_json(found.ranking, found.seconds) | {"plan_file": str(out)})
+            return
+        print_ranking(found.ranking, top, found.seconds, wide=wide, tune=_tune_command(req))
     console.print(f"wrote {out}" + ("" if html is None else f" and {html}"))
 
 
