@@ -10,7 +10,6 @@ per-resource orders contradict the dependencies (a deadlocking schedule): ``Valu
 from __future__ import annotations
 
 import gc
-from collections import deque
 from collections.abc import Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -39,7 +38,7 @@ class ScheduleBuilder:
     """Collects actions; :meth:`build` turns them into a :class:`Schedule`."""
 
     def __init__(self) -> None:
-        self._fields: list[dict[str, Any]] = []
+        self._actions: list[Action] = []
         self._dep_keys: list[tuple[Hashable, ...]] = []
         self._index: dict[Hashable, int] = {}
         self._held: dict[int, tuple[str, ...]] = {}
@@ -58,12 +57,24 @@ class ScheduleBuilder:
         others (a CPU receiver's compute stream, held by the send that fills its buffer: the
         receiver's actions are added with its own stage, after or before the sender's); they
         join ``resources`` in the schedule and the simulator serialises them in its order."""
-        if key in self._index:
+        return self.add_action(key, deps, Action(**fields), also_holds)
+
+    def add_action(
+        self,
+        key: Hashable,
+        deps: Iterable[Hashable],
+        action: Action,
+        also_holds: tuple[str, ...] = (),
+    ) -> Hashable:
+        """:meth:`add` with the action already made (its ``deps`` are set by :meth:`build`):
+        the generators' hot loops call this, a keyword call per action costs twice as much."""
+        index = self._index
+        if key in index:
             raise ValueError(f"duplicate schedule action {key!r}")
-        self._index[key] = len(self._fields)
+        n = index[key] = len(self._actions)
         if also_holds:
-            self._held[len(self._fields)] = also_holds
-        self._fields.append(fields)
+            self._held[n] = also_holds
+        self._actions.append(action)
         self._dep_keys.append(tuple(deps))
         return key
 
@@ -100,24 +111,25 @@ class ScheduleBuilder:
         res_id: dict[str, int] = {}
         ids_of: dict[tuple[str, ...], tuple[int, ...]] = {}  # generators reuse resource tuples
         res: list[tuple[int, ...]] = []
-        for f in self._fields:
-            names = f["resources"]
+        acts = self._actions
+        for a in acts:
+            names = a.resources
             ids = ids_of.get(names)
             if ids is None:
                 ids = ids_of[names] = tuple(res_id.setdefault(r, len(res_id)) for r in names)
             res.append(ids)
         order = self._topological(deps, res, len(res_id))
-        fields = self._fields
         for i, held in self._held.items():  # after the order: they take no part in it
-            extra = tuple(r for r in held if r not in fields[i]["resources"])
-            fields[i] = {**fields[i], "resources": fields[i]["resources"] + extra}
+            a = acts[i]
+            extra = tuple(r for r in held if r not in a.resources)
+            a.resources = a.resources + extra
             res[i] = res[i] + tuple(res_id.setdefault(r, len(res_id)) for r in extra)
         new_id = [0] * len(order)
         for pos, old in enumerate(order):
             new_id[old] = pos
-        actions = tuple(
-            Action(**fields[old], deps=tuple([new_id[d] for d in deps[old]])) for old in order
-        )
+        for a, ds in zip(acts, deps, strict=True):
+            a.deps = tuple([new_id[d] for d in ds])
+        actions = tuple([acts[old] for old in order])
         action_res = tuple([res[old] for old in order])
         rate_marks = tuple(
             RateMark(
@@ -164,15 +176,16 @@ class ScheduleBuilder:
                     count += 1
                 last[r] = i
             indeg[i] = count
-        ready = deque(i for i in range(n) if indeg[i] == 0)
-        order: list[int] = []
-        while ready:
-            i = ready.popleft()
-            order.append(i)
-            for j in succ[i]:
-                indeg[j] -= 1
-                if indeg[j] == 0:
-                    ready.append(j)
+        # FIFO: the order is its own queue (what is appended is popped in the same order).
+        order = [i for i in range(n) if indeg[i] == 0]
+        k = 0
+        while k < len(order):
+            for j in succ[order[k]]:
+                left = indeg[j] - 1
+                indeg[j] = left
+                if left == 0:
+                    order.append(j)
+            k += 1
         if len(order) != n:
             stuck = [i for i in range(n) if indeg[i] > 0][:3]
             raise ValueError(

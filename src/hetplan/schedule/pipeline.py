@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from hetplan.planspec.order import Op, Order, stage_order
 from hetplan.schedule.builder import ScheduleBuilder
-from hetplan.schedule.types import compute_res, link_res
+from hetplan.schedule.types import Action, compute_res, link_res
 from hetplan.schedule.work import CutWork, PipelineWork, StageWork
 
 
@@ -89,16 +89,18 @@ def emit_replica(
                 _emit_bwd(b, ctx, j)
             else:
                 last = bwd_key(r, s, j * m + m - 1, len(st.parts) - 1)
-                b.add(
+                b.add_action(
                     ("O", r, s, j),
                     [last, *opt_deps.get((s, j), [])],
-                    kind="optimizer",
-                    device=st.devices[0],
-                    resources=ctx.compute,
-                    duration_s=st.opt_s,
-                    stage=s,
-                    pipeline=r,
-                    iteration=j,
+                    Action(
+                        kind="optimizer",
+                        device=st.devices[0],
+                        resources=ctx.compute,
+                        duration_s=st.opt_s,
+                        stage=s,
+                        pipeline=r,
+                        iteration=j,
+                    ),
                 )
 
 
@@ -156,33 +158,37 @@ def _emit_fwd(b: ScheduleBuilder, c: _Ctx, j: int) -> None:
     deps: list[Hashable] = [("SF", r, s - 1, j)] if s > 0 else []
     it = j // c.m
     dev = st.devices[0]
-    b.add(
+    b.add_action(
         ("F", r, s, j),
         deps,
-        kind="fwd",
-        device=dev,
-        resources=c.compute,
-        duration_s=st.fwd_s,
-        stage=s,
-        microbatch=j,
-        pipeline=r,
-        iteration=it,
-    )
-    if c.next_dev is not None:
-        b.add(
-            ("SF", r, s, j),
-            [("F", r, s, j)],
-            kind="send",
+        Action(
+            kind="fwd",
             device=dev,
-            peer=c.next_dev,
-            resources=c.fwd_link,
-            also_holds=c.fwd_held,
-            duration_s=c.cut_fwd.fwd_s,
-            nbytes=c.cut_fwd.nbytes,
+            resources=c.compute,
+            duration_s=st.fwd_s,
             stage=s,
             microbatch=j,
             pipeline=r,
             iteration=it,
+        ),
+    )
+    if c.next_dev is not None:
+        b.add_action(
+            ("SF", r, s, j),
+            [("F", r, s, j)],
+            Action(
+                kind="send",
+                device=dev,
+                peer=c.next_dev,
+                resources=c.fwd_link,
+                duration_s=c.cut_fwd.fwd_s,
+                nbytes=c.cut_fwd.nbytes,
+                stage=s,
+                microbatch=j,
+                pipeline=r,
+                iteration=it,
+            ),
+            c.fwd_held,
         )
 
 
@@ -195,32 +201,36 @@ def _emit_bwd(b: ScheduleBuilder, c: _Ctx, j: int) -> None:
     split = len(parts) > 1
     for k, dur in enumerate(parts):
         deps: list[Hashable] = [first, ("F", r, s, j)] if k == 0 else [("B", r, s, j, k - 1)]
-        b.add(
+        b.add_action(
             ("B", r, s, j, k),
             deps,
-            kind="bwd",
-            device=dev,
-            resources=c.compute,
-            duration_s=dur,
-            stage=s,
-            microbatch=j,
-            pipeline=r,
-            iteration=it,
-            part=k if split else -1,
+            Action(
+                kind="bwd",
+                device=dev,
+                resources=c.compute,
+                duration_s=dur,
+                stage=s,
+                microbatch=j,
+                pipeline=r,
+                iteration=it,
+                part=k if split else -1,
+            ),
         )
     if c.prev_dev is not None:
-        b.add(
+        b.add_action(
             ("SB", r, s, j),
             [("B", r, s, j, len(parts) - 1)],
-            kind="send",
-            device=dev,
-            peer=c.prev_dev,
-            resources=c.bwd_link,
-            also_holds=c.bwd_held,
-            duration_s=c.cut_bwd.bwd_s,
-            nbytes=c.cut_bwd.nbytes,
-            stage=s,
-            microbatch=j,
-            pipeline=r,
-            iteration=it,
+            Action(
+                kind="send",
+                device=dev,
+                peer=c.prev_dev,
+                resources=c.bwd_link,
+                duration_s=c.cut_bwd.bwd_s,
+                nbytes=c.cut_bwd.nbytes,
+                stage=s,
+                microbatch=j,
+                pipeline=r,
+                iteration=it,
+            ),
+            c.bwd_held,
         )

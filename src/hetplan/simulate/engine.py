@@ -42,11 +42,14 @@ def run_times(
         t = 0.0
         for d in deps[i]:
             e = end[d]
-            t = max(t, e)
+            # max(t, e) without a call: the same value, in a third of the time
+            if e > t:  # noqa: PLR1730
+                t = e
         ri = res[i]
         for r in ri:
             f = free[r]
-            t = max(t, f)
+            if f > t:  # noqa: PLR1730
+                t = f
         e = t + dur[i]
         start[i] = t
         end[i] = e
