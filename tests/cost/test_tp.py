@@ -13,6 +13,7 @@ from hetplan.cost.tp import (
     LOSS_PARALLEL_ALLREDUCES,
     TpTraffic,
     tp_comm_time,
+    tp_comm_times,
     tp_output_share,
     tp_share,
     tp_splits,
@@ -121,3 +122,15 @@ def test_bert_attention_is_replicated_its_ffn_split() -> None:
     assert g.layers[0].tp_vocab == "embedding"
     assert tp_splits(g.layers[0], 2) and not tp_splits(g.layers[0], 4)
     assert g.layers[-1].tp_vocab == ""
+
+
+def test_comm_times_per_layer_whatever_the_sequence_asked_before(make_cluster) -> None:
+    """``tp_comm_times`` keeps the last tuple's layer keys: another sequence, a slice or a
+    list, is priced as itself, and every layer as ``tp_comm_time`` prices it alone."""
+    layers = _gpt().layers
+    cluster = make_cluster([2], overhead=2e-5)
+    devices = ["n0.0", "n0.1"]
+    for seq in (layers, layers[4:], layers, list(layers[:2]), layers):
+        fwd, bwd = tp_comm_times(seq, B, "fp32", devices, cluster)
+        alone = [tp_comm_time(x, B, "fp32", devices, cluster) for x in seq]
+        assert (fwd, bwd) == ([f for f, _ in alone], [b for _, b in alone])

@@ -113,8 +113,11 @@ def tp_comm_time(
     group ``devices`` (:func:`tp_traffic`, each priced by ``allreduce_time``); (0, 0) for a
     replicated layer or a group of one."""
     traffic = tp_traffic(layer, micro_batch, dtype, len(devices))
-    fwd = sum(allreduce_time(b, devices, cluster) for b in traffic.fwd)
-    bwd = sum(allreduce_time(b, devices, cluster) for b in traffic.bwd)
+    # A block's all-reduces repeat one size (2 x units): each size is priced once, and the
+    # sums add the same terms in the same order.
+    times = {b: allreduce_time(b, devices, cluster) for b in (*traffic.fwd, *traffic.bwd)}
+    fwd = sum(times[b] for b in traffic.fwd)
+    bwd = sum(times[b] for b in traffic.bwd)
     return fwd, bwd
 
 
@@ -128,18 +131,37 @@ def tp_comm_times(
     """Per layer of ``layers``, (forward s, backward s) of :func:`tp_comm_time`: what the
     screening (``plan.pricing``) and the prediction (``predict.price``) both add to a TP
     group's layer times. Identical blocks are priced once (:func:`tp_layer_key`)."""
-    memo: dict[tuple[int, str, int, int, int], tuple[float, float]] = {}
-    fwd: list[float] = []
-    bwd: list[float] = []
-    for layer in layers:
-        key = tp_layer_key(layer)
-        if key not in memo:
-            memo[key] = tp_comm_time(layer, micro_batch, dtype, devices, cluster)
-        fwd.append(memo[key][0])
-        bwd.append(memo[key][1])
-    return fwd, bwd
+    keys, firsts = _layer_keys(layers)
+    memo = {
+        key: tp_comm_time(layer, micro_batch, dtype, devices, cluster)
+        for key, layer in firsts.items()
+    }
+    return [memo[key][0] for key in keys], [memo[key][1] for key in keys]
 
 
-def tp_layer_key(layer: LayerInfo) -> tuple[int, str, int, int, int]:
+LayerKey = tuple[int, str, int, int, int]
+
+
+def tp_layer_key(layer: LayerInfo) -> LayerKey:
     """What :func:`tp_comm_time` reads of a layer (identical blocks price once)."""
     return (layer.tp_units, layer.tp_vocab, layer.tp_split, layer.tp_tokens, layer.tp_hidden)
+
+
+_last_keys: list[tuple[Sequence[LayerInfo], list[LayerKey], dict[LayerKey, LayerInfo]]] = []
+
+
+def _layer_keys(
+    layers: Sequence[LayerInfo],
+) -> tuple[list[LayerKey], dict[LayerKey, LayerInfo]]:
+    """Each layer's :func:`tp_layer_key`, and the first layer of each key. The screening asks
+    for the whole model's layers thousands of times (once per TP group and batch): the last
+    tuple's answer is kept (a tuple does not change; it is held, so it is the same one)."""
+    if _last_keys and _last_keys[0][0] is layers:
+        return _last_keys[0][1], _last_keys[0][2]
+    keys = [tp_layer_key(layer) for layer in layers]
+    firsts: dict[LayerKey, LayerInfo] = {}
+    for key, layer in zip(keys, layers, strict=True):
+        firsts.setdefault(key, layer)
+    if isinstance(layers, tuple):
+        _last_keys[:] = [(layers, keys, firsts)]
+    return keys, firsts

@@ -35,6 +35,7 @@ class Pricing:
     _kinds: dict[str, tuple[tuple[object, ...], str]] = field(default_factory=dict)
     _steps: dict[tuple[str, int], float] = field(default_factory=dict)
     _opt: dict[tuple[object, ...], float] = field(default_factory=dict)
+    _workspace: dict[tuple[int, int], float] = field(default_factory=dict)
 
     def layers(self, device_id: str, batch: int) -> tuple[Floats, Floats]:
         """Forward and backward seconds of every layer on ``device_id`` (a device or a TP
@@ -167,8 +168,13 @@ class Pricing:
     def workspace(self, batch: int, tp: int = 1) -> float:
         """Predict's stage-level backward workspace (``cost.memory.backward_workspace``) for
         one micro-batch of ``batch`` samples, bounded here by the model's largest layer output
-        (the screening does not know the stage yet)."""
-        return workspace_bound(self.graph.layers, batch, tp, self.graph.dtype)
+        (the screening does not know the stage yet). Cached: the screening asks it for every
+        candidate, and each answer reads every layer."""
+        hit = self._workspace.get((batch, tp))
+        if hit is None:
+            hit = workspace_bound(self.graph.layers, batch, tp, self.graph.dtype)
+            self._workspace[(batch, tp)] = hit
+        return hit
 
     def layer_mem(
         self,
