@@ -543,17 +543,26 @@ def _ties(ranking: Ranking) -> list[bool]:
 
 
 def ranking_json(ranking: Ranking, seconds: float) -> dict[str, Any]:
+    """The ranking as plain data. A candidate listed several times (the best, the Pareto
+    front, a baseline) is one object, converted once (megabytes for thousands of devices)."""
+    done: dict[int, dict[str, Any]] = {}
+
+    def one(r: Ranked) -> dict[str, Any]:
+        if id(r) not in done:
+            done[id(r)] = ranked_json(r)
+        return done[id(r)]
+
     return {
         "objective": ranking.objective.name,
-        "best": ranked_json(ranking.best),
-        "candidates": [ranked_json(r) for r in ranking.ranked],
+        "best": one(ranking.best),
+        "candidates": [one(r) for r in ranking.ranked],
         "ties_with_best": [
             r.candidate.label for r, t in zip(ranking.ranked, _ties(ranking), strict=True) if t
         ],
-        "baselines": {k: ranked_json(v) for k, v in ranking.baselines.items()},
+        "baselines": {k: one(v) for k, v in ranking.baselines.items()},
         "baseline_failures": dict(ranking.baseline_failures),
         "rejected": dict(ranking.rejected),
-        "pareto": [ranked_json(r) for r in ranking.pareto],
+        "pareto": [one(r) for r in ranking.pareto],
         "reasons": list(ranking.reasons),
         "notes": list(ranking.notes),
         "screened": ranking.screened,

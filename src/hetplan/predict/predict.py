@@ -17,6 +17,7 @@ from typing import Any
 
 from hetplan.cluster.spec import Cluster
 from hetplan.cost import power as pw
+from hetplan.cost.memory import MemoryBreakdown
 from hetplan.cost.tp import tp_splits
 from hetplan.cost.types import ComputeModel
 from hetplan.errors import InputError
@@ -56,6 +57,18 @@ class DevicePrediction:
     memory_margin: float = 1.0
     """The device kind's feasibility margin: the factor on the predicted terms less the
     framework allowance."""
+
+    def to_json(self) -> dict[str, Any]:
+        """``asdict(self)``: plain fields and a copy of ``memory`` (asdict's deep copy costs
+        seconds over the devices of a large search's ranking)."""
+        out = {name: getattr(self, name) for name in _DEVICE_FIELDS}
+        out["memory"] = dict(self.memory)
+        return out
+
+
+_DEVICE_FIELDS = tuple(f.name for f in fields(DevicePrediction))
+_BREAKDOWN_TERMS = tuple(f.name for f in fields(MemoryBreakdown) if f.name != "total")
+"""The terms of a device's memory breakdown (every field but the total; all floats)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,7 +126,7 @@ class Prediction:
         """Plain data (JSON-compatible); ``timeline`` adds every simulated op."""
         # Not asdict(self): it would deep-copy the whole timeline.
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "timeline"}
-        out["devices"] = [asdict(d) for d in self.devices]
+        out["devices"] = [d.to_json() for d in self.devices]
         out["infeasible_reasons"] = list(self.infeasible_reasons)
         out["micro_batch_sizes"] = list(self.micro_batch_sizes)
         out["notes"] = list(self.notes)
@@ -168,7 +181,7 @@ def predict(
         role = "worker" if dev_id in workers else "ps"
         if dev_id in workers and dev_id in plan.ps_devices:
             role = "worker+ps"
-        breakdown = {k: v for k, v in asdict(mem.breakdown).items() if k != "total"}
+        breakdown = {k: getattr(mem.breakdown, k) for k in _BREAKDOWN_TERMS}
         breakdown["ps_shard"] = mem.ps_shard_bytes
         devices.append(
             DevicePrediction(
