@@ -6,8 +6,9 @@ own cores, is build flat buffers and apply the pushed gradients:
 
 - synchronous (``PsExecutor``): every rank, for every host ``h``, concatenates that shard's
   gradients into a new flat buffer before the ``reduce`` (``S_h`` bytes) and the shard's
-  weights into another before the ``broadcast``; the host copies the summed shard back into
-  its gradients (``S_own``), every rank copies each broadcast shard back into its weights.
+  weights into the same buffer before the ``broadcast`` (a copy: the buffer is held); the
+  host copies the summed shard back into its gradients (``S_own``), every rank copies each
+  broadcast shard back into its weights.
   The workers wait in the collectives meanwhile: the work lengthens the push and the pull.
 - asynchronous (``AsyncServer``): the worker concatenates each host's gradients with their
   tag into a new buffer and sends it; its pull receives each remote shard into a new buffer
@@ -120,6 +121,7 @@ def ps_cpu_work(
         return PsCpuWork(push_s=push, pull_s=pull, server_s=server)
     for w in dict.fromkeys(workers):
         build = sum(new_buffer_s(b) for b in hosts.values())
+        refill = sum(copy_s(b) for b in hosts.values())  # the push's buffers, held
         push[w] = (build + copy_s(hosts.get(w, 0.0))) / speeds[w]
-        pull[w] = (build + sum(copy_s(b) for b in hosts.values())) / speeds[w]
+        pull[w] = (refill + sum(copy_s(b) for b in hosts.values())) / speeds[w]
     return PsCpuWork(push_s=push, pull_s=pull, server_s=server)
