@@ -31,10 +31,13 @@ def crossing_streams(groups: Sequence[Sequence[str]], cluster: Cluster) -> Count
 
 def sharing_network(cluster: Cluster, streams: Counter[str]) -> Cluster:
     """``cluster`` with each node's network bandwidth split among its ``streams``."""
+    # Over the streams, not the cluster's nodes: thousands of nodes, a few shared ones. The
+    # merge below keeps the network's order whatever this one is.
+    network = cluster.network
     shared = {
-        node: dataclasses.replace(link, bandwidth=link.bandwidth / streams[node])
-        for node, link in cluster.network.items()
-        if streams[node] > 1
+        node: dataclasses.replace(network[node], bandwidth=network[node].bandwidth / count)
+        for node, count in streams.items()
+        if count > 1 and node in network
     }
     if not shared:
         return cluster

@@ -107,7 +107,7 @@ def _dp_based(
     """The multi-device subsets whose data-parallel candidate the families priced as data
     parallel plus a sync start from: every one of an exact space, else the PS_SUBSETS best by
     the data-parallel estimate."""
-    multi = [(sel, c) for sel, c in fits if space.sym.size(sel) > 1]
+    multi = [(sel, c) for sel, c in fits if space.size(sel) > 1]
     if not space.exhaustive:
         scores = objective.scores([c.estimate for _, c in multi])
         order = sorted(range(len(multi)), key=scores.__getitem__)
@@ -143,7 +143,7 @@ def _sharded(ctx: Context, space: Space, objective: Objective) -> list[Candidate
     PIPELINED_SUBSETS most promising by the balanced bound (whether or not data parallelism
     fits there: sharding is what makes a model fit that no device holds whole); None where
     no micro-batch count fits."""
-    multi = [s for s in space.selections if space.sym.size(s) > 1]
+    multi = [s for s in space.selections if space.size(s) > 1]
     return [
         fsdp_candidate(ctx, space.devices(sel)) for sel in _promising(ctx, space, multi, objective)
     ]
@@ -159,7 +159,7 @@ def _pipelined(
     """Single pipelines (2 to MAX_PIPELINE_STAGES devices) and hybrids (more than 3) on the
     subsets :func:`_promising` picks, most promising first (so a time limit cuts the rest)."""
     piped = [f for f in opts.families if spec_of(f).shape == "pipeline"]
-    sizes = [space.sym.size(sel) for sel in space.selections]
+    sizes = [space.size(sel) for sel in space.selections]
     sels = space.selections
     shallow = [s for s, n in zip(sels, sizes, strict=True) if 1 < n <= MAX_PIPELINE_STAGES]
     deep = [s for s, n in zip(sels, sizes, strict=True) if n > 3]
@@ -206,7 +206,7 @@ def _tensor_parallel(
     piped = [
         f for f in opts.families if spec_of(f).shape == "pipeline" and spec_of(f).tensor_parallel
     ]
-    multi = [s for s in space.selections if space.sym.size(s) > 1]
+    multi = [s for s in space.selections if space.size(s) > 1]
     degrees = [tp for tp in TP_DEGREES if splits_at(ctx.graph, tp)]
     chosen = _promising(ctx, space, multi, opts.objective)
     for sel in chosen if space.exhaustive else chosen[:TP_SUBSETS]:

@@ -8,6 +8,7 @@ pipeline of S stages; hybrid is N pipelines of S stages with the same stage boun
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -159,7 +160,7 @@ def _check_plan(plan: Plan) -> None:
     for i, pipe in enumerate(plan.pipelines):
         _check_pipeline(plan, i, pipe)
     devices = plan.devices
-    dup = sorted({d for d in devices if devices.count(d) > 1})
+    dup = sorted(d for d, n in Counter(devices).items() if n > 1)  # not O(devices^2)
     if dup:
         raise ValueError(f"devices used twice: {', '.join(dup)}")
     nstages = {len(p.stages) for p in plan.pipelines}

@@ -68,10 +68,9 @@ class ScheduleBuilder:
     ) -> Hashable:
         """:meth:`add` with the action already made (its ``deps`` are set by :meth:`build`):
         the generators' hot loops call this, a keyword call per action costs twice as much."""
-        index = self._index
-        if key in index:
+        n = len(self._actions)
+        if self._index.setdefault(key, n) != n:  # one hash of the key, not two
             raise ValueError(f"duplicate schedule action {key!r}")
-        n = index[key] = len(self._actions)
         if also_holds:
             self._held[n] = also_holds
         self._actions.append(action)
