@@ -50,9 +50,9 @@ Full schema (``?`` marks optional keys)::
 
 ``collective_step_latency_us`` caps the latency of every step of gloo's reduce and broadcast
 (the synchronous parameter server on CPU ranks), whatever the pair latencies say.
-``hetplan profile-links`` writes it where its all-reduce over every rank runs faster than the pairs' ping-pongs predict: CPU
-ranks sharing a core, where a ping-pong waits for the partner's time slice and a collective's
-steps overlap (docs/cost-models.md, "Collective steps on CPU ranks").
+``hetplan profile-links`` writes it where its all-reduce over every rank runs faster than the
+pairs' ping-pongs predict: CPU ranks sharing a core, where a ping-pong waits for the partner's
+time slice and a collective's steps overlap (docs/cost-models.md §5.1, "gloo's calls").
 
 ``address`` is where the other nodes reach this node: ``hetplan train --print-commands`` puts
 the first node's into ``--rdzv ADDRESS:29400`` (without one, the node's name, which must then
