@@ -142,6 +142,21 @@ def test_synchronous_and_asynchronous_ps_are_not_pooled() -> None:
     assert sel.hit and sel.slowdown == pytest.approx(0.0)
 
 
+def test_zero_stages_and_sharded_stages_are_not_pooled() -> None:
+    fsdp = {"strategy": "fsdp", "micro_batches": 1, "pipelines": [{"batch": 4}] * 2}
+    zero1 = case("a", H, "zero1", 1.0, 1.0)
+    zero1.plan = {**fsdp, "zero": 1}
+    zero3 = case("a", H, "fsdp", 1.0, 2.0)
+    zero3.plan = {**fsdp, "zero": 3}
+    hybrid = {"strategy": "hybrid", "micro_batches": 2, "pipelines": [{"batch": 4}] * 2}
+    plain = case("a", H, "hybrid", 1.0, 1.5)
+    plain.plan = {**hybrid, "shard_stages": False}
+    sharded = case("a", H, "hybrid-fsdp", 1.0, 3.0)
+    sharded.plan = {**hybrid, "shard_stages": True, "zero": 3}
+    s = summarize([zero1, zero3, plain, sharded])
+    assert s.repeatability is None  # no plan was measured twice
+
+
 def test_selection_against_the_synchronous_cases() -> None:
     """PipeDream measured fastest (stale weights: ``plan`` offers it only when asked): the
     pick misses against every case, hits against the synchronous ones; hand-made times."""

@@ -130,12 +130,14 @@ def plan_key(case: CaseResult) -> str:
     a case without its plan is only the same as itself."""
     if not case.plan:
         return f"case-{id(case)}"
-    # A parameter server's placement and synchrony, TP and a hybrid's WSP bound make another
-    # plan too (without them the suite pooled the synchronous and asynchronous PS runs, and
-    # the planner's size-balanced shards with the fixed plan's round-robin ones).
+    # A parameter server's placement and synchrony, TP, a hybrid's WSP bound and the
+    # sharding stage make another plan too (without them the suite pooled the synchronous and
+    # asynchronous PS runs, the planner's size-balanced shards with the fixed plan's
+    # round-robin ones, and ZeRO-1 with ZeRO-3: a 52% "noise floor" on 2026-11-29).
     fields = (
         "strategy", "micro_batches", "pipelines", "optimizer", "recompute", "recompute_mode",
-        "tp", "sync", "staleness", "ps_devices", "ps_assignment", "ps_async",
+        "tp", "sync", "staleness", "ps_devices", "ps_assignment", "ps_async", "zero",
+        "shard_stages", "bucket_mb",
     )  # fmt: skip
     return json.dumps({k: case.plan.get(k) for k in fields}, sort_keys=True, default=str)
 
