@@ -145,7 +145,7 @@ def ring_links(devices: Sequence[str], cluster: Cluster) -> list[Link]:
     return out
 
 
-def _slowest(links: Sequence[Link]) -> Link:
+def slowest_link(links: Sequence[Link]) -> Link:
     """A link with the lowest bandwidth and the highest latency of ``links``."""
     return Link(
         kind="slowest",
@@ -181,7 +181,7 @@ def hierarchical_allreduce_time(
     leaders = [g[0] for g in groups]
     inter = 0.0
     if len(leaders) > 1:
-        slow = _slowest(ring_links(leaders, cluster))
+        slow = slowest_link(ring_links(leaders, cluster))
         inter = ring_allreduce_time(nbytes, len(leaders), slow.bandwidth, slow.latency_s)
     return 2 * intra + inter
 
@@ -245,7 +245,7 @@ def allreduce_time(
         return hierarchical_allreduce_time(nbytes, groups, cluster) + overhead
     links = ring_links(devices, cluster)
     ring = ring_allreduce_time_links(nbytes, links)
-    slow = _slowest(links)
+    slow = slowest_link(links)
     tree = tree_allreduce_time(nbytes, len(devices), slow.bandwidth, slow.latency_s)
     if algorithm == "ring":
         return ring + overhead

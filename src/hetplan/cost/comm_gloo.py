@@ -28,7 +28,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from hetplan.cluster.spec import Cluster
-from hetplan.cost.comm_collectives import ring_links
+from hetplan.cost.comm_collectives import ring_links, slowest_link
 
 # torch's ProcessGroupGloo runs a group's asynchronous collectives on its worker threads (2 by
 # default), so the hosts' reduces (or broadcasts) of one phase overlap in part. Measured on the
@@ -42,7 +42,8 @@ GLOO_ASYNC_OVERLAP = 1.3
 def _slowest(devices: Sequence[str], cluster: Cluster) -> tuple[float, float]:
     """``(latency s, bandwidth B/s)`` of a step on the ring over ``devices``."""
     links = [cluster.collective_link(link) for link in ring_links(list(devices), cluster)]
-    return max(link.latency_s for link in links), min(link.bandwidth for link in links)
+    slow = slowest_link(links)
+    return slow.latency_s, slow.bandwidth
 
 
 def gloo_reduce_time(nbytes: float, devices: Sequence[str], cluster: Cluster) -> float:
