@@ -1,4 +1,5 @@
-"""``hetplan bench`` end to end: one tiny model, 2 ranks, one timed step (real processes)."""
+"""``hetplan bench`` end to end: one tiny model, 2 ranks, one timed step in each of two
+interleaved rounds (real processes)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ def test_bench_tiny_case_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = tmp_path / "bench"
     argv = [
         "bench", "--quick", "--models", "resnet-tiny:4", "--cluster-names", "local-cpu",
-        "--strategies", "dp,planner", "--steps", "1", "--warmup", "0", "--out", str(out),
+        "--strategies", "dp,planner", "--steps", "1", "--warmup", "0", "--rounds", "2",
+        "--out", str(out),
         "--profile-dir", str(tmp_path / "profiles"), "--json",
     ]  # fmt: skip
     with pytest.raises(SystemExit) as exc:
@@ -30,6 +32,8 @@ def test_bench_tiny_case_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
     for c in data["cases"]:
         assert c["measured_s"] > 0 and c["predicted_s"] > 0
         assert c["error"] == pytest.approx((c["measured_s"] - c["predicted_s"]) / c["predicted_s"])
+        assert len(c["rounds_s"]) == 2  # two rounds; the case's time is their median (mean)
+        assert c["measured_s"] == pytest.approx(sum(c["rounds_s"]) / 2)
     assert len(data["selections"]) == 1
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
     assert (out / "scatter.png").is_file()
@@ -48,6 +52,10 @@ def test_bench_rejects_unknown_strategy(capsys: pytest.CaptureFixture[str]) -> N
         main(["bench", "--strategies", "bogus"])
     assert exc.value.code == 2
     assert "--strategies: 'bogus'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--rounds", "0"])
+    assert exc.value.code == 2
+    assert "--rounds: 0; expected a positive integer" in capsys.readouterr().err
 
 
 def test_bench_rerenders_a_saved_result(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

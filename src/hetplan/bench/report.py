@@ -82,7 +82,8 @@ def build_document(result: SuiteResult, summary: Summary, figures: dict[str, str
         f"Machine: {m.get('cpu', '?')}, {m.get('cores', '?')} cores, torch {m.get('torch', '?')};"
         f" load average (1/5/15 min) before {m.get('load_before', '?')}, after "
         f"{m.get('load_after', '?')}. {result.steps} timed steps after {result.warmup} warm-up "
-        "per case; measured = median step time of the slowest rank."
+        f"per case and round, {result.rounds} round(s), interleaved; measured = median over the "
+        "rounds of the median step time of the slowest rank."
     )
     doc.heading("Targets")
     doc.table(["target", "value", "met", "miss", "likely cause"], target_rows(result, summary))
@@ -124,6 +125,11 @@ def _cases_section(
             f"Repeatability: plans measured twice (the planner's pick equal to a fixed plan) "
             f"differed by {100 * summary.repeatability:.1f}% (median): the noise floor of the "
             "machine, which no model can beat."
+        )
+    if summary.round_noise is not None:
+        doc.para(
+            f"Rounds: a case's rounds differed by {100 * summary.round_noise:.1f}% (median of "
+            "max/min - 1): the noise floor measured in this run."
         )
     if "scatter" in figures:
         doc.image(figures["scatter"], "predicted vs measured scatter")
@@ -193,13 +199,20 @@ def _selection_section(doc: Document, summary: Summary) -> None:
         f" Against the synchronous cases only (the plans `plan` chooses from without "
         f"--asynchronous): {_pct_or_dash(summary.selection_accuracy_synchronous)}."
     )
+    misses = [x for x in summary.selections if not x.hit]
+    if misses:
+        resolved = sum(x.resolved_miss for x in misses)
+        doc.para(
+            f"Misses the measurement resolves (slowdown beyond the rounds' spread of the pick "
+            f"and the fastest): {resolved} of {len(misses)}."
+        )
     rows = [
         [s.model, s.cluster, s.pick, s.fastest, _pct(s.slowdown), "yes" if s.hit else "no",
-         _pct(s.synchronous_slowdown)]
+         _pct(s.noise), _pct(s.synchronous_slowdown)]
         for s in summary.selections
     ]  # fmt: skip
     doc.table(["model", "cluster", "planner's pick", "fastest", "pick slowdown", "hit",
-               "vs fastest synchronous"], rows)  # fmt: skip
+               "rounds' spread", "vs fastest synchronous"], rows)  # fmt: skip
     rows = [
         [model, _x(f.get("vs_dp")), _x(f.get("vs_equal_pipeline"))]
         for model, f in summary.speedups.items()

@@ -1,5 +1,6 @@
 """Run the suite: profile each model once, then for every cluster and strategy build the plan,
-predict it with the measured compute model, and measure it for real with the runtime."""
+predict it with the measured compute model, and measure it for real with the runtime (every
+plan of a cluster once per round, the rounds interleaved: :mod:`hetplan.bench.rounds`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 from hetplan.bench.machine import machine_info
 from hetplan.bench.plans import fixed_plan, plan_label, planner_pick
+from hetplan.bench.rounds import Merged, Pending, measure_rounds, merge
 from hetplan.bench.suite import (
     HETEROGENEOUS,
     TP_DEGREE,
@@ -41,9 +43,7 @@ from hetplan.profile.select import compute_model
 from hetplan.profile.store import find_profile, save_profile
 from hetplan.profile.store import profile_dir as profile_store
 from hetplan.profile.timing import thread_scope
-from hetplan.run.launch.spawn import RunError
 from hetplan.run.measurement.measure import Measurement, with_predicted_memory
-from hetplan.run.train import measure_plan
 from hetplan.serde import to_data
 
 Progress = Callable[[str], None]
@@ -113,7 +113,7 @@ def run_suite(
     """Run every case of ``config``; a case the runtime cannot run is noted and skipped."""
     say = progress or (lambda _msg: None)
     result = SuiteResult(
-        quick=False, steps=config.steps, warmup=config.warmup, cases=[],
+        quick=False, steps=config.steps, warmup=config.warmup, rounds=config.rounds, cases=[],
         machine=machine_info("before"),
     )  # fmt: skip
     store = profile_store(profile_dir)
@@ -157,14 +157,12 @@ def _run_cluster(
     tensor_parallel = any(
         layer.tp_split % TP_DEGREE == 0 and layer.tp_split for layer in graph.layers
     )
+    pending = []
     for strategy in strategies(len(cluster.devices), tensor_parallel):
         if config.only is not None and strategy not in config.only:
             continue
         plan = fixed_plan(strategy, graph, cluster, ref, model.batch)
-        say(f"{model.key} on {name}: {plan_label(plan)}")
-        case = run_case(plan, graph, cluster, models, config, model.key, strategy, result)
-        if case is not None:
-            result.cases.append(case)
+        pending.append(Pending(strategy=strategy, plan=plan, label=plan_label(plan)))
     pick = planner_pick(ref, graph, cluster, compute, model.batch)
     result.planner_timings.append(
         PlannerTiming(
@@ -183,13 +181,21 @@ def _run_cluster(
             for r in pick.ranking.ranked
         ]  # fmt: skip
     result.notes.extend(f"{model.key} on {name}: {n}" for n in pick.notes)
-    if pick.plan is None or (config.only is not None and PLANNER not in config.only):
-        return
-    say(f"{model.key} on {name}: planner's pick {plan_label(pick.plan)}")
-    case = run_case(pick.plan, graph, cluster, models, config, model.key, PLANNER, result)
-    if case is not None:
-        case.planner_strategy = pick.plan.strategy
-        case.search_s = pick.search_s
+    if pick.plan is not None and (config.only is None or PLANNER in config.only):
+        label = f"planner's pick {plan_label(pick.plan)}"
+        pending.append(Pending(strategy=PLANNER, plan=pick.plan, label=label))
+    measure_rounds(
+        pending, cluster, rounds=config.rounds, steps=config.steps, warmup=config.warmup,
+        say=lambda msg: say(f"{model.key} on {name}: {msg}"),
+    )  # fmt: skip
+    for p in pending:
+        if p.failure is not None:
+            result.notes.append(f"{model.key} on {name} {p.strategy}: run failed: {p.failure}")
+            continue
+        case = case_of(p.plan, graph, cluster, models, model.key, p.strategy, merge(p.runs))
+        if p.strategy == PLANNER:
+            case.planner_strategy = p.plan.strategy
+            case.search_s = pick.search_s
         result.cases.append(case)
 
 
@@ -203,27 +209,21 @@ def _better_pareto(result: SuiteResult, cluster: str, candidates: int) -> bool:
     return (here and not shown) or (here == shown and candidates > len(result.pareto))
 
 
-def run_case(
+def case_of(
     plan: Plan,
     graph: ModelGraph,
     cluster: Cluster,
     models: Models,
-    config: SuiteConfig,
     model_key: str,
     strategy: str,
-    result: SuiteResult,
-) -> CaseResult | None:
-    """Predict (with profiles, and without) and measure one plan; None (with a note in
-    ``result``) if the run fails."""
+    measured: Merged,
+) -> CaseResult:
+    """Predict ``plan`` (with profiles, and without) against its measured rounds, and add
+    its error to the store's history."""
     prediction = predict(plan, graph, cluster, models.measured)
     analytical = predict(plan, graph, cluster, models.analytical)
-    try:
-        measured = measure_plan(plan, cluster, steps=config.steps, warmup=config.warmup)
-    except RunError as err:
-        result.notes.append(f"{model_key} on {cluster.name} {strategy}: run failed: {err}")
-        return None
     with contextlib.suppress(OSError):  # a read-only store: the suite's result stands
-        append_record(models.store, record_of(prediction, measured.measured_iteration_s, "bench"))
+        append_record(models.store, record_of(prediction, measured.median_s, "bench"))
     simulated = [
         s for s in prediction.timeline.spans()
         if s.kind in COMPUTE_KINDS and s.iteration == 0 and s.device in plan.devices
@@ -235,13 +235,14 @@ def run_case(
         label=plan_label(plan),
         ranks=len(plan.devices),
         predicted_s=prediction.iteration_time_s,
-        measured_s=measured.measured_iteration_s,
-        measured_p10_s=measured.iteration_p10_s,
-        measured_p90_s=measured.iteration_p90_s,
+        measured_s=measured.median_s,
+        measured_p10_s=measured.p10_s,
+        measured_p90_s=measured.p90_s,
+        rounds_s=measured.rounds_s,
         plan=to_data(plan),
         simulated=simulated,
-        measured=measured_spans(measured),
-        memory=rank_memory(measured, prediction),
+        measured=measured_spans(measured.last),
+        memory=rank_memory(measured.last, prediction),
         predicted_analytical_s=analytical.iteration_time_s,
         analytical_source=analytical.cost_source,
     )

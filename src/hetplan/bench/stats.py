@@ -9,6 +9,10 @@
 - a plan run twice in a group (the planner's pick equal to a fixed strategy's plan) counts
   with the mean of its two measurements in selection and speedups, and their difference is
   the suite's repeatability (the noise floor of the machine).
+- rounds (:mod:`hetplan.bench.rounds`): a case measured in R >= 2 interleaved rounds has the
+  spread ``max(round) / min(round) - 1``; its median over the cases is the noise floor measured
+  in the run itself, and a selection miss counts as *resolved* only when its slowdown exceeds
+  the larger spread of the pick and the fastest (otherwise the rounds cannot order them).
 - plan quality, on the heterogeneous cluster: ``measured(dp equal split) / measured(pick)``
   and ``measured(best equal-layer pipeline) / measured(pick)``, per model and their geometric
   mean.
@@ -56,6 +60,14 @@ class Selection:
     """The same against the fastest synchronous case (the plans ``plan`` chooses from
     unless ``--asynchronous``: no PipeDream, WSP or asynchronous PS)."""
     synchronous_hit: bool = True
+    noise: float | None = None
+    """The larger round spread of the pick and the fastest (None without rounds): a miss whose
+    slowdown is within it is not resolved by the measurement."""
+
+    @property
+    def resolved_miss(self) -> bool:
+        """A miss that the rounds' spread cannot explain."""
+        return not self.hit and (self.noise is None or self.slowdown > self.noise)
 
 
 @dataclass(kw_only=True)
@@ -99,6 +111,9 @@ class Summary:
     :mod:`hetplan.predict.error_bars`); None under 2 cases."""
     default_coverage: float | None = None
     """The same with no history: the default band of profiled CPU predictions."""
+    round_noise: float | None = None
+    """Median over the cases measured in several rounds of their spread (:func:`round_spread`);
+    None when no case was."""
 
 
 def abs_errors(cases: list[CaseResult]) -> list[float]:
@@ -150,6 +165,21 @@ def pooled_times(group: list[CaseResult]) -> dict[int, float]:
     return {id(c): statistics.fmean(by_key[plan_key(c)]) for c in group}
 
 
+def round_spread(case: CaseResult) -> float | None:
+    """max / min - 1 of the case's rounds; None under two rounds."""
+    r = case.rounds_s
+    return max(r) / min(r) - 1.0 if len(r) >= 2 and min(r) > 0 else None
+
+
+def round_spreads(cases: list[CaseResult]) -> list[float]:
+    return [x for c in cases if (x := round_spread(c)) is not None]
+
+
+def _noise(*cases: CaseResult) -> float | None:
+    spreads = [x for c in cases if (x := round_spread(c)) is not None]
+    return max(spreads) if spreads else None
+
+
 def repeat_spreads(cases: list[CaseResult]) -> list[float]:
     """|m1 / m2 - 1| for every pair of cases of one model x cluster that ran the same plan."""
     groups: dict[tuple[str, str, str], list[float]] = defaultdict(list)
@@ -186,7 +216,7 @@ def selections(cases: list[CaseResult]) -> list[Selection]:
                 model=model, cluster=cluster, pick=pick.label, fastest=fastest.strategy,
                 slowdown=slowdown, hit=slowdown <= PICK_TOLERANCE,
                 synchronous_slowdown=sync_slowdown,
-                synchronous_hit=sync_slowdown <= PICK_TOLERANCE,
+                synchronous_hit=sync_slowdown <= PICK_TOLERANCE, noise=_noise(pick, fastest),
             )
         )  # fmt: skip
     return out
@@ -283,4 +313,5 @@ def summarize(cases: list[CaseResult]) -> Summary:
         analytical_cases=len(ana),
         interval_coverage=coverage,
         default_coverage=default_coverage,
+        round_noise=statistics.median(rs) if (rs := round_spreads(cases)) else None,
     )

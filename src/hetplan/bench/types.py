@@ -45,6 +45,9 @@ class CaseResult:
     measured_p90_s: float
     plan: dict[str, Any]
     """The plan as data (``hetplan train`` reads it back)."""
+    rounds_s: list[float] = field(default_factory=list)
+    """Each round's step time (:mod:`hetplan.bench.rounds`; ``measured_s`` is their median);
+    empty in results saved before rounds."""
     planner_strategy: str | None = None
     """For the planner's pick: the family it chose."""
     search_s: float | None = None
@@ -100,6 +103,8 @@ class SuiteResult:
     steps: int
     warmup: int
     cases: list[CaseResult]
+    rounds: int = 1
+    """Times each plan was measured (:mod:`hetplan.bench.rounds`; 1 in results saved before)."""
     planner_timings: list[PlannerTiming] = field(default_factory=list)
     pareto_model: str = ""
     pareto: list[ParetoPoint] = field(default_factory=list)

@@ -49,7 +49,7 @@ def _json(result: SuiteResult, summary: Summary, out: Path) -> dict[str, Any]:
             "error": c.error, "predicted_analytical_s": c.predicted_analytical_s,
             "analytical_error": c.analytical_error, "analytical_source": c.analytical_source,
             "planner_strategy": c.planner_strategy, "search_s": c.search_s,
-            "memory_error": case_memory_error(c),
+            "memory_error": case_memory_error(c), "rounds_s": c.rounds_s,
             "memory": [{**to_data(r), "error": memory_error(r)} for r in c.memory],
         }
         for c in result.cases
@@ -70,7 +70,7 @@ def _strategies(text: str) -> tuple[str, ...]:
 
 
 def bench_cmd(
-    quick: Annotated[bool, typer.Option("--quick", help="Fewer models and steps (< 10 min).")] = (
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer models and steps (~20 min).")] = (
         False
     ),
     out: Annotated[Path, typer.Option(help="Folder for the report and results.")] = Path(
@@ -93,6 +93,10 @@ def bench_cmd(
     ] = None,
     steps: Annotated[int | None, typer.Option(help="Timed steps per case.")] = None,
     warmup: Annotated[int | None, typer.Option(help="Warm-up steps per case.")] = None,
+    rounds: Annotated[
+        int | None,
+        typer.Option(help="Times each plan is measured, interleaved with the others (default 2)."),
+    ] = None,
     profile_dir: Annotated[
         Path | None, typer.Option(help="Profile store (default $HETPLAN_PROFILE_DIR or cache).")
     ] = None,
@@ -121,6 +125,10 @@ def bench_cmd(
         changes["steps"] = steps
     if warmup is not None:
         changes["warmup"] = warmup
+    if rounds is not None:
+        if rounds < 1:
+            raise InputError(f"--rounds: {rounds}; expected a positive integer")
+        changes["rounds"] = rounds
     config = dataclasses.replace(config, **changes)
     check_output_dir(out, "--out")
     for name in config.clusters:  # every file before the first measurement
@@ -160,6 +168,9 @@ def _finish(result: SuiteResult, out: Path, as_json: bool) -> None:
             f"{100 * summary.median_analytical_error:.1f}%, "
             f"p90 {100 * summary.p90_analytical_error:.1f}%"
         )
+    if summary.round_noise is not None:
+        noise = _fmt(summary.round_noise)
+        console.print(f"noise floor (median spread of a case's rounds): {noise}")
     if summary.interval_coverage is not None:
         console.print(
             f"measured inside the 80% interval: {_fmt(summary.interval_coverage)} (from the "
