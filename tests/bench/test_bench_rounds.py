@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
 
-from hetplan.bench.drift import probe_s
 from hetplan.bench.rounds import Pending, measure_rounds, merge
-from hetplan.bench.stats import drift, drift_errors, round_spread, summarize
+from hetplan.bench.stats import round_spread, summarize
 from hetplan.bench.types import PLANNER, CaseResult
 from hetplan.cluster import Cluster
 from hetplan.planspec import Plan
@@ -111,45 +109,3 @@ def test_a_miss_inside_the_rounds_spread_is_not_resolved() -> None:
     # without rounds (results saved before), every miss counts
     old = summarize([case("dp", [0.2]), case(PLANNER, [0.22])]).selections[0]
     assert old.noise is None and old.resolved_miss
-
-
-def test_a_probe_is_taken_before_every_run() -> None:
-    events: list[str] = []
-
-    def measure(plan: Any, _cluster: Any, **_kw: int) -> Measurement:
-        events.append(f"run {plan}")
-        return fake(1.0)
-
-    def probe() -> float:
-        events.append("probe")
-        return 0.5 + len(events)
-
-    todo = pending("a", "b")
-    measure_rounds(todo, cast(Cluster, None), rounds=2, steps=1, warmup=0, say=lambda _m: None,
-                   measure=measure, probe=probe)  # fmt: skip
-    assert events == ["probe", "run a", "probe", "run b", "probe", "run b", "probe", "run a"]
-    assert todo[0].probes == [1.5, 7.5] and todo[1].probes == [3.5, 5.5]
-
-
-def test_drift_corrected_errors_by_hand() -> None:
-    slow = case("dp", [0.3])
-    slow.predicted_s = 0.2
-    slow.probes_s = [1.4, 1.6, 1.5]  # the machine 1.5x slower than at the reference
-    steady = case("gpipe", [0.22])
-    steady.predicted_s = 0.2
-    steady.probes_s = [1.0]
-    old = case("x", [0.5])  # no probes: left out
-    assert drift(slow, 1.0) == pytest.approx(1.5) and drift(old, 1.0) is None
-    assert drift(slow, None) is None
-    # 0.3 / (0.2 * 1.5) - 1 = 0; 0.22 / (0.2 * 1.0) - 1 = 0.1
-    assert drift_errors([slow, steady, old], 1.0) == pytest.approx([0.0, 0.1])
-    s = summarize([slow, steady, old], reference_probe_s=1.0)
-    assert s.median_drift_error == pytest.approx(0.05)
-    assert s.probe_spread == pytest.approx(0.6)  # 1.6 / 1.0 - 1
-    assert math.isnan(summarize([slow]).median_drift_error)  # no reference: no figure
-
-
-def test_the_probe_times_a_positive_and_repeatable_workload() -> None:
-    a, b = probe_s(), probe_s()
-    assert a > 0 and b > 0
-    assert 0.2 < a / b < 5.0  # the same work, whatever the machine's load

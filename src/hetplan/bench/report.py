@@ -126,14 +126,6 @@ def _cases_section(
             f"differed by {100 * summary.repeatability:.1f}% (median): the noise floor of the "
             "machine, which no model can beat."
         )
-    if summary.probe_spread is not None:
-        doc.para(
-            f"Machine drift (`bench/drift.py`): the speed probe moved by "
-            f"{100 * summary.probe_spread:.0f}% (max/min - 1) over the run; against predictions "
-            "scaled by each case's probe over the run's first, absolute error median "
-            f"{100 * summary.median_drift_error:.1f}%, p90 {100 * summary.p90_drift_error:.1f}% "
-            "(a secondary figure: what is left once the machine's own speed is taken out)."
-        )
     if summary.round_noise is not None:
         doc.para(
             f"Rounds: a case's rounds differed by {100 * summary.round_noise:.1f}% (median of "
@@ -265,7 +257,7 @@ def write_report(result: SuiteResult, out: Path) -> tuple[Path, Path]:
     """Write the figures, ``report.md`` and ``report.html`` into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     figures = write_figures(result, out)
-    doc = build_document(result, summarize(result.cases, result.reference_probe_s), figures)
+    doc = build_document(result, summarize(result.cases), figures)
     md = out / "report.md"
     page = out / "report.html"
     md.write_text(doc.markdown())

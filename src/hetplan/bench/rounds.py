@@ -31,8 +31,6 @@ class Pending:
     plan: Plan
     label: str
     runs: list[Measurement] = field(default_factory=list)
-    probes: list[float] = field(default_factory=list)
-    """The machine's probe (:mod:`hetplan.bench.drift`) just before each run."""
     failure: str | None = None
     """The first round's run error; the case is dropped (one failed round spoils the median)."""
 
@@ -51,19 +49,15 @@ def measure_rounds(
     warmup: int,
     say: Callable[[str], None],
     measure: Callable[..., Measurement] = measure_plan,
-    probe: Callable[[], float] | None = None,
 ) -> None:
-    """Measure every plan of ``pending`` ``rounds`` times, interleaved (fills ``runs``, and
-    ``probes`` with ``probe()`` before each run when given; a run that fails sets ``failure``
-    and the plan is not measured again)."""
+    """Measure every plan of ``pending`` ``rounds`` times, interleaved (fills ``runs``; a run
+    that fails sets ``failure`` and the plan is not measured again)."""
     for k in range(rounds):
         for p in round_order(pending, k):
             if p.failure is not None:
                 continue
             prefix = f"round {k + 1}/{rounds}: " if rounds > 1 else ""
             say(f"{prefix}{p.label}")
-            if probe is not None:
-                p.probes.append(probe())
             try:
                 p.runs.append(measure(p.plan, cluster, steps=steps, warmup=warmup))
             except RunError as err:

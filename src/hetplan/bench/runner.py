@@ -9,7 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetplan.bench.drift import probe_s
 from hetplan.bench.machine import machine_info
 from hetplan.bench.plans import fixed_plan, plan_label, planner_pick
 from hetplan.bench.rounds import Merged, Pending, measure_rounds, merge
@@ -117,7 +116,6 @@ def run_suite(
         quick=False, steps=config.steps, warmup=config.warmup, rounds=config.rounds, cases=[],
         machine=machine_info("before"),
     )  # fmt: skip
-    result.reference_probe_s = probe_s()
     store = profile_store(profile_dir)
     for model in config.models:
         ref = ModelRef(name=model.name, dataset=model.dataset)
@@ -188,14 +186,13 @@ def _run_cluster(
         pending.append(Pending(strategy=PLANNER, plan=pick.plan, label=label))
     measure_rounds(
         pending, cluster, rounds=config.rounds, steps=config.steps, warmup=config.warmup,
-        say=lambda msg: say(f"{model.key} on {name}: {msg}"), probe=probe_s,
+        say=lambda msg: say(f"{model.key} on {name}: {msg}"),
     )  # fmt: skip
     for p in pending:
         if p.failure is not None:
             result.notes.append(f"{model.key} on {name} {p.strategy}: run failed: {p.failure}")
             continue
         case = case_of(p.plan, graph, cluster, models, model.key, p.strategy, merge(p.runs))
-        case.probes_s = p.probes
         if p.strategy == PLANNER:
             case.planner_strategy = p.plan.strategy
             case.search_s = pick.search_s

@@ -13,9 +13,6 @@
   spread ``max(round) / min(round) - 1``; its median over the cases is the noise floor measured
   in the run itself, and a selection miss counts as *resolved* only when its slowdown exceeds
   the larger spread of the pick and the fastest (otherwise the rounds cannot order them).
-- drift (:mod:`hetplan.bench.drift`): a case's machine speed is the median of the probes
-  taken before its runs over the suite's reference probe; the drift-corrected error is
-  ``measured / (predicted * drift) - 1``, a secondary figure (the targets use the plain one).
 - plan quality, on the heterogeneous cluster: ``measured(dp equal split) / measured(pick)``
   and ``measured(best equal-layer pipeline) / measured(pick)``, per model and their geometric
   mean.
@@ -114,13 +111,6 @@ class Summary:
     :mod:`hetplan.predict.error_bars`); None under 2 cases."""
     default_coverage: float | None = None
     """The same with no history: the default band of profiled CPU predictions."""
-    median_drift_error: float = math.nan
-    """Median |drift-corrected error| over the cases with probes (:func:`drift_errors`); NaN
-    when none has."""
-    p90_drift_error: float = math.nan
-    probe_spread: float | None = None
-    """max / min - 1 over every probe of the run, the reference's included: how much the
-    machine's own speed moved; None without probes."""
     round_noise: float | None = None
     """Median over the cases measured in several rounds of their spread (:func:`round_spread`);
     None when no case was."""
@@ -173,27 +163,6 @@ def pooled_times(group: list[CaseResult]) -> dict[int, float]:
     for c in group:
         by_key[plan_key(c)].append(c.measured_s)
     return {id(c): statistics.fmean(by_key[plan_key(c)]) for c in group}
-
-
-def drift(case: CaseResult, reference_s: float | None) -> float | None:
-    """The machine's speed factor during the case: median probe / reference (> 1: slower)."""
-    if not case.probes_s or not reference_s or reference_s <= 0:
-        return None
-    return statistics.median(case.probes_s) / reference_s
-
-
-def drift_errors(cases: list[CaseResult], reference_s: float | None) -> list[float]:
-    """``measured / (predicted * drift) - 1`` of the cases that have probes."""
-    return [
-        c.measured_s / (c.predicted_s * d) - 1.0
-        for c in cases
-        if (d := drift(c, reference_s)) is not None
-    ]
-
-
-def probe_spread(cases: list[CaseResult], reference_s: float | None) -> float | None:
-    probes = [p for c in cases for p in c.probes_s] + ([reference_s] if reference_s else [])
-    return max(probes) / min(probes) - 1.0 if len(probes) >= 2 and min(probes) > 0 else None
 
 
 def round_spread(case: CaseResult) -> float | None:
@@ -306,10 +275,8 @@ def interval_coverage(cases: list[CaseResult]) -> tuple[float | None, float | No
     return inside / len(cases), default / len(cases)
 
 
-def summarize(cases: list[CaseResult], reference_probe_s: float | None = None) -> Summary:
-    """All of the suite's figures from its cases (and the run's reference probe, for the
-    drift-corrected figures)."""
-    drifted = [abs(e) for e in drift_errors(cases, reference_probe_s)]
+def summarize(cases: list[CaseResult]) -> Summary:
+    """All of the suite's figures from its cases."""
     errs = abs_errors(cases)
     ana = [abs(e) for c in cases if (e := c.analytical_error) is not None]
     mem = abs_memory_errors(cases)
@@ -347,7 +314,4 @@ def summarize(cases: list[CaseResult], reference_probe_s: float | None = None) -
         interval_coverage=coverage,
         default_coverage=default_coverage,
         round_noise=statistics.median(rs) if (rs := round_spreads(cases)) else None,
-        median_drift_error=statistics.median(drifted) if drifted else math.nan,
-        p90_drift_error=percentile(drifted, 90) if drifted else math.nan,
-        probe_spread=probe_spread(cases, reference_probe_s),
     )

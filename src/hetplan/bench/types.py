@@ -48,9 +48,6 @@ class CaseResult:
     rounds_s: list[float] = field(default_factory=list)
     """Each round's step time (:mod:`hetplan.bench.rounds`; ``measured_s`` is their median);
     empty in results saved before rounds."""
-    probes_s: list[float] = field(default_factory=list)
-    """The machine's probe before each round's run (:mod:`hetplan.bench.drift`); empty in
-    results saved before."""
     planner_strategy: str | None = None
     """For the planner's pick: the family it chose."""
     search_s: float | None = None
@@ -108,9 +105,6 @@ class SuiteResult:
     cases: list[CaseResult]
     rounds: int = 1
     """Times each plan was measured (:mod:`hetplan.bench.rounds`; 1 in results saved before)."""
-    reference_probe_s: float | None = None
-    """The machine's probe at the suite's start, before profiling (:mod:`hetplan.bench.drift`);
-    None in results saved before."""
     planner_timings: list[PlannerTiming] = field(default_factory=list)
     pareto_model: str = ""
     pareto: list[ParetoPoint] = field(default_factory=list)

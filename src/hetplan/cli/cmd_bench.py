@@ -37,7 +37,7 @@ def _json(result: SuiteResult, summary: Summary, out: Path) -> dict[str, Any]:
 
     data = {k: v for k, v in to_data(summary).items() if k not in ("selections", "speedups")}
     nullable = ("median_memory_error", "p90_memory_error", "median_analytical_error",
-                "p90_analytical_error", "median_drift_error", "p90_drift_error")  # fmt: skip
+                "p90_analytical_error")  # fmt: skip
     for key in nullable:  # null, not NaN, when no figure
         data[key] = _finite(data[key])
     data["selections"] = [to_data(s) for s in summary.selections]
@@ -50,7 +50,6 @@ def _json(result: SuiteResult, summary: Summary, out: Path) -> dict[str, Any]:
             "analytical_error": c.analytical_error, "analytical_source": c.analytical_source,
             "planner_strategy": c.planner_strategy, "search_s": c.search_s,
             "memory_error": case_memory_error(c), "rounds_s": c.rounds_s,
-            "probes_s": c.probes_s,
             "memory": [{**to_data(r), "error": memory_error(r)} for r in c.memory],
         }
         for c in result.cases
@@ -153,7 +152,7 @@ def _finish(result: SuiteResult, out: Path, as_json: bool) -> None:
     from hetplan.bench.stats import summarize
 
     md, page = write_report(result, out)
-    summary = summarize(result.cases, result.reference_probe_s)
+    summary = summarize(result.cases)
     if as_json:
         print_json(_json(result, summary, out))
         return
@@ -168,12 +167,6 @@ def _finish(result: SuiteResult, out: Path, as_json: bool) -> None:
             f"without profiles (calibrated analytical): |error| median "
             f"{100 * summary.median_analytical_error:.1f}%, "
             f"p90 {100 * summary.p90_analytical_error:.1f}%"
-        )
-    if summary.probe_spread is not None:
-        console.print(
-            f"machine drift: probe spread {_fmt(summary.probe_spread)}; drift-corrected |error| "
-            f"median {100 * summary.median_drift_error:.1f}%, "
-            f"p90 {100 * summary.p90_drift_error:.1f}%"
         )
     if summary.round_noise is not None:
         noise = _fmt(summary.round_noise)
