@@ -2,7 +2,7 @@
 
 Each model's batch keeps one training step under about a second on one core (measured with
 ``hetplan profile`` on the development machine), so that the full suite fits in an hour and
-the quick one in about twenty minutes (fewer models, fewer steps, two rounds).
+the quick one in 20-25 minutes (fewer models, fewer steps; three rounds each).
 """
 
 from __future__ import annotations
@@ -71,8 +71,9 @@ class SuiteConfig:
     steps: int = 10
     warmup: int = 3
     profile_steps: int = 10
-    rounds: int = 2
-    """Times each plan is measured, the rounds interleaved (:mod:`hetplan.bench.rounds`)."""
+    rounds: int = 3
+    """Times each plan is measured, the rounds interleaved (:mod:`hetplan.bench.rounds`): the
+    median of three drops one disturbed round."""
     cluster_dir: Path | None = None
     """Folder of the cluster files; default: the repository's ``examples/clusters``."""
     only: tuple[str, ...] | None = None

@@ -70,7 +70,7 @@ def _strategies(text: str) -> tuple[str, ...]:
 
 
 def bench_cmd(
-    quick: Annotated[bool, typer.Option("--quick", help="Fewer models and steps (~20 min).")] = (
+    quick: Annotated[bool, typer.Option("--quick", help="Fewer models and steps (~20-25 min).")] = (
         False
     ),
     out: Annotated[Path, typer.Option(help="Folder for the report and results.")] = Path(
@@ -95,7 +95,7 @@ def bench_cmd(
     warmup: Annotated[int | None, typer.Option(help="Warm-up steps per case.")] = None,
     rounds: Annotated[
         int | None,
-        typer.Option(help="Times each plan is measured, interleaved with the others (default 2)."),
+        typer.Option(help="Times each plan is measured, interleaved with the others (default 3)."),
     ] = None,
     profile_dir: Annotated[
         Path | None, typer.Option(help="Profile store (default $HETPLAN_PROFILE_DIR or cache).")
