@@ -10,6 +10,7 @@ import pytest
 
 from hetplan.cli.main import main
 from hetplan.predict.error_bars import load_history
+from hetplan.profile.store import load_profile
 
 
 def test_bench_tiny_case_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -37,7 +38,13 @@ def test_bench_tiny_case_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert len(data["selections"]) == 1
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
     assert (out / "scatter.png").is_file()
-    assert list((tmp_path / "profiles").glob("*.json"))  # profiled once into the store
+    # profiled into the store before the cluster's runs and again after them, merged
+    (stored,) = (tmp_path / "profiles").glob("*.json")
+    profile = load_profile(stored)
+    assert [b.provenance.runs for b in profile.batches if b.provenance] == [2] * len(
+        profile.batches
+    )
+    assert len(profile.history) == 2 * len(profile.batches)
     # each measured case added to the store's error history (issue 27, item 1)
     history = load_history(tmp_path / "profiles")
     assert [r.origin for r in history] == ["bench", "bench"]

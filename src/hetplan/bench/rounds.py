@@ -30,6 +30,8 @@ class Pending:
     strategy: str
     plan: Plan
     label: str
+    search_s: float | None = None
+    """The planner's search seconds (its pick)."""
     runs: list[Measurement] = field(default_factory=list)
     failure: str | None = None
     """The first round's run error; the case is dropped (one failed round spoils the median)."""

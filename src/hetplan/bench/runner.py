@@ -38,6 +38,7 @@ from hetplan.predict import Prediction, predict
 from hetplan.predict.error_bars import append_record, record_of
 from hetplan.profile.calib_store import calibration_path, save_calibration
 from hetplan.profile.calibrate import calibrate
+from hetplan.profile.merge import merge_profiles
 from hetplan.profile.model import CPU_TYPE, ProfileRequest, profile_model, torch_device
 from hetplan.profile.select import compute_model
 from hetplan.profile.store import find_profile, save_profile
@@ -73,12 +74,16 @@ def ensure_profile(
     )  # fmt: skip
     if found is not None:
         return False
-    req = ProfileRequest(
-        model=model.name, dataset=model.dataset, batch=model.batch, batch_sizes=sizes,
-        cpus=PROFILE_CPUS, threads=len(PROFILE_CPUS), steps=steps,
-    )  # fmt: skip
-    save_profile(profile_model(req), directory)
+    save_profile(profile_model(_request(model, steps)), directory)
     return True
+
+
+def _request(model: BenchModel, steps: int) -> ProfileRequest:
+    return ProfileRequest(
+        model=model.name, dataset=model.dataset, batch=model.batch,
+        batch_sizes=profile_sizes(model.batch), cpus=PROFILE_CPUS, threads=len(PROFILE_CPUS),
+        steps=steps,
+    )  # fmt: skip
 
 
 def ensure_calibration(dtype: str, directory: Path | None) -> bool:
@@ -120,16 +125,27 @@ def run_suite(
     for model in config.models:
         ref = ModelRef(name=model.name, dataset=model.dataset)
         graph = build_graph(ref)
-        if _profile(model, graph, config, profile_dir):
+        fresh = _profile(model, graph, config, profile_dir)
+        if fresh:
             say(f"{model.key}: profiled on core {PROFILE_CPUS[0]}")
-        compute = compute_model(graph.dtype, directory=profile_dir)
         if ensure_calibration(graph.dtype, profile_dir):
             say(f"{CPU_TYPE}: calibrated on core {PROFILE_CPUS[0]}")
-        analytical = compute_model(graph.dtype, directory=profile_dir, measured=False)
-        for name in config.clusters:
+        done: list[tuple[Cluster, list[Pending]]] = []
+        for i, name in enumerate(config.clusters):
+            if fresh and i > 0:
+                _profile_again(model, graph, config, profile_dir, say)
+            compute = compute_model(graph.dtype, directory=profile_dir)
             cluster = load_cluster(cluster_path(name, config.cluster_dir))
-            models = Models(measured=compute, analytical=analytical, store=store)
-            _run_cluster(result, config, model, ref, graph, cluster, models, say)
+            done.append(
+                (cluster, _run_cluster(result, config, model, ref, graph, cluster, compute, say))
+            )
+        if fresh and done:
+            _profile_again(model, graph, config, profile_dir, say)
+        compute = compute_model(graph.dtype, directory=profile_dir)
+        analytical = compute_model(graph.dtype, directory=profile_dir, measured=False)
+        models = Models(measured=compute, analytical=analytical, store=store)
+        for cluster, pending in done:
+            _price_cluster(result, model.key, graph, cluster, models, pending)
         for n in planner_sizes:
             result.planner_timings.append(_time_planner(model, ref, graph, n, compute))
     result.machine.update(machine_info("after"))
@@ -142,6 +158,27 @@ def _profile(
     return ensure_profile(model, graph, config.profile_steps, directory)
 
 
+def _profile_again(
+    model: BenchModel,
+    graph: ModelGraph,
+    config: SuiteConfig,
+    directory: Path | None,
+    say: Progress,
+) -> None:
+    """Profile ``model`` once more and merge it into the suite's profile
+    (:func:`hetplan.profile.merge.merge_profiles`): the machine's speed drifts by up to 1.8x
+    over minutes, and one snapshot would price every case of the model (docs/benchmarks.md)."""
+    sizes = profile_sizes(model.batch)
+    old = find_profile(
+        CPU_TYPE, graph.name, graph.input_shape, graph.dtype, batch_sizes=sizes,
+        directory=directory,
+    )  # fmt: skip
+    new = profile_model(_request(model, config.profile_steps))
+    save_profile(new if old is None else merge_profiles(old, new), directory)
+    runs = 1 if old is None else len(old.history or old.batches) // len(sizes) + 1
+    say(f"{model.key}: profiled again on core {PROFILE_CPUS[0]} ({runs} runs merged)")
+
+
 def _run_cluster(
     result: SuiteResult,
     config: SuiteConfig,
@@ -149,11 +186,12 @@ def _run_cluster(
     ref: ModelRef,
     graph: ModelGraph,
     cluster: Cluster,
-    models: Models,
+    compute: ComputeModel,
     say: Progress,
-) -> None:
+) -> list[Pending]:
+    """Plan (the fixed strategies and the planner's pick, searched on ``compute``) and measure
+    every case of one cluster; priced later (:func:`_price_cluster`)."""
     name = cluster.name or "cluster"
-    compute = models.measured
     tensor_parallel = any(
         layer.tp_split % TP_DEGREE == 0 and layer.tp_split for layer in graph.layers
     )
@@ -183,19 +221,35 @@ def _run_cluster(
     result.notes.extend(f"{model.key} on {name}: {n}" for n in pick.notes)
     if pick.plan is not None and (config.only is None or PLANNER in config.only):
         label = f"planner's pick {plan_label(pick.plan)}"
-        pending.append(Pending(strategy=PLANNER, plan=pick.plan, label=label))
+        pending.append(
+            Pending(strategy=PLANNER, plan=pick.plan, label=label, search_s=pick.search_s)
+        )
     measure_rounds(
         pending, cluster, rounds=config.rounds, steps=config.steps, warmup=config.warmup,
         say=lambda msg: say(f"{model.key} on {name}: {msg}"),
     )  # fmt: skip
+    return pending
+
+
+def _price_cluster(
+    result: SuiteResult,
+    model_key: str,
+    graph: ModelGraph,
+    cluster: Cluster,
+    models: Models,
+    pending: list[Pending],
+) -> None:
+    """The measured cases of one cluster, priced with ``models`` (a failed one as a note)."""
     for p in pending:
         if p.failure is not None:
-            result.notes.append(f"{model.key} on {name} {p.strategy}: run failed: {p.failure}")
+            result.notes.append(
+                f"{model_key} on {cluster.name} {p.strategy}: run failed: {p.failure}"
+            )
             continue
-        case = case_of(p.plan, graph, cluster, models, model.key, p.strategy, merge(p.runs))
+        case = case_of(p.plan, graph, cluster, models, model_key, p.strategy, merge(p.runs))
         if p.strategy == PLANNER:
             case.planner_strategy = p.plan.strategy
-            case.search_s = pick.search_s
+            case.search_s = p.search_s
         result.cases.append(case)
 
 

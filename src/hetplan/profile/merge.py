@@ -9,10 +9,13 @@ runs cannot move it at all.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from hetplan.profile.fit import Stats
-from hetplan.profile.types import BatchTiming, LayerTiming, Provenance
+from hetplan.profile.importer import fit_batches
+from hetplan.profile.provenance import provenance_of
+from hetplan.profile.types import BatchTiming, LayerTiming, Profile, Provenance
 
 KEPT_RUNS = 8
 """Runs kept per micro-batch size, oldest dropped first: the median then outvotes up to three
@@ -109,3 +112,26 @@ def merged_batches(runs: Sequence[BatchTiming]) -> tuple[BatchTiming, ...]:
     """One merged batch per size of ``runs``, by size."""
     sizes = sorted({b.batch for b in runs})
     return tuple(merge_runs([b for b in runs if b.batch == s]) for s in sizes)
+
+
+def profile_runs(profile: Profile | None) -> list[BatchTiming]:
+    """The kept runs of ``profile``, each with its provenance; a file written before runs
+    were kept counts as one run."""
+    if profile is None:
+        return []
+    runs = profile.history or profile.batches
+    return [dataclasses.replace(b, provenance=provenance_of(profile, b)) for b in runs]
+
+
+def merge_profiles(old: Profile, new: Profile) -> Profile:
+    """``new``, a profile of the same model and device just taken, merged with ``old``'s kept
+    runs: each size at the steps-weighted median of the runs, fitted again, the runs kept in
+    ``history``. The suite profiles a model once per cluster it measures, so that one
+    snapshot of a drifting machine does not price all of the model's cases
+    (:mod:`hetplan.bench.runner`)."""
+    runs = kept_runs(profile_runs(old), profile_runs(new))
+    batches = merged_batches(runs)
+    fits, step_fit = fit_batches(batches)
+    return dataclasses.replace(
+        new, batches=batches, fits=fits, step_fit=step_fit, history=tuple(runs)
+    )

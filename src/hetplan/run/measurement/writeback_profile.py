@@ -11,7 +11,6 @@ measurement.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,8 +18,8 @@ from pathlib import Path
 from hetplan.cost.threads import known_threads
 from hetplan.profile.fit import Stats, summarize
 from hetplan.profile.importer import ZERO, exact, fit_batches, one_size_note
-from hetplan.profile.merge import kept_runs, merged_batches
-from hetplan.profile.provenance import WRITTEN_BACK, provenance_of
+from hetplan.profile.merge import kept_runs, merged_batches, profile_runs
+from hetplan.profile.provenance import WRITTEN_BACK
 from hetplan.profile.store import load_profile, profile_path, save_profile
 from hetplan.profile.types import BatchTiming, LayerTiming, Profile, Provenance
 from hetplan.run.measurement.measure import Measurement
@@ -89,14 +88,6 @@ def run_batches(
     return out
 
 
-def _history(old: Profile | None) -> list[BatchTiming]:
-    """The kept runs of ``old``; a file written before runs were kept counts as one run."""
-    if old is None:
-        return []
-    runs = old.history or old.batches
-    return [dataclasses.replace(b, provenance=provenance_of(old, b)) for b in runs]
-
-
 def merged_profile(
     ctx: WriteBackContext,
     m: Measurement,
@@ -112,7 +103,7 @@ def merged_profile(
     old = ctx.written_back(kind)
     if old is not None and known_threads(old.threads) != known_threads(threads):
         old = None  # kept runs at another thread count do not merge with this one
-    runs = kept_runs(_history(old), new)
+    runs = kept_runs(profile_runs(old), new)
     batches = merged_batches(runs)
     fits, step_fit = fit_batches(batches)
     notes = [SPREAD_NOTE, *one_size_note(batches), OPTIMIZER_NOTE]
