@@ -77,9 +77,9 @@ class Summary:
     """Median of |error| over the cases."""
     p90_error: float
     selection_accuracy: float | None
+    """Fraction of groups where the pick is within PICK_TOLERANCE of the fastest."""
     selection_accuracy_synchronous: float | None = None
     """The same against the synchronous cases only (:attr:`Selection.synchronous_hit`)."""
-    """Fraction of groups where the pick is within PICK_TOLERANCE of the fastest."""
     selection_exact: float | None
     """Fraction of groups where the pick is the measured fastest."""
     worst_pick_slowdown: float | None
