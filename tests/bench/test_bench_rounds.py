@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from hetplan.bench.rounds import Pending, measure_rounds, merge
-from hetplan.bench.stats import round_spread, summarize
+from hetplan.bench.stats import best_round_time, pooled_times, round_spread, selections, summarize
 from hetplan.bench.types import PLANNER, CaseResult
 from hetplan.cluster import Cluster
 from hetplan.planspec import Plan
@@ -79,11 +79,11 @@ def test_merge_takes_the_median_round_and_the_outer_percentiles() -> None:
     assert merge([fake(0.3), fake(0.1)]).median_s == pytest.approx(0.2)  # two rounds: the mean
 
 
-def case(strategy: str, rounds: list[float]) -> CaseResult:
+def case(strategy: str, rounds: list[float], plan: dict[str, Any] | None = None) -> CaseResult:
     t = statistics.median(rounds) if rounds else 1.0
     return CaseResult(
         model="m", cluster="c", strategy=strategy, label=strategy, ranks=2, predicted_s=t,
-        measured_s=t, measured_p10_s=t, measured_p90_s=t, plan={}, rounds_s=rounds,
+        measured_s=t, measured_p10_s=t, measured_p90_s=t, plan=plan or {}, rounds_s=rounds,
     )  # fmt: skip
 
 
@@ -109,3 +109,30 @@ def test_a_miss_inside_the_rounds_spread_is_not_resolved() -> None:
     # without rounds (results saved before), every miss counts
     old = summarize([case("dp", [0.2]), case(PLANNER, [0.22])]).selections[0]
     assert old.noise is None and old.resolved_miss
+
+
+def test_best_round_selection_ranks_the_undisturbed_speeds() -> None:
+    # dp 0.20 undisturbed, read 1.37x slow in two of its three rounds (median 0.274); the pick
+    # 0.22 undisturbed (10% slower), slow in one (median 0.22): the medians call the pick the
+    # fastest, the fastest rounds call it a 10% miss
+    slow = 1.37
+    dp = case("dp", [0.20 * slow, 0.20, 0.20 * slow])
+    pick = case(PLANNER, [0.22, 0.22 * slow, 0.22])
+    s = summarize([dp, pick])
+    assert s.selections[0].fastest == PLANNER and s.selection_accuracy == 1.0
+    assert s.selection_accuracy_best_round == 0.0
+    best = selections([dp, pick], best_round=True)[0]
+    assert best.fastest == "dp" and best.slowdown == pytest.approx(0.22 / 0.20 - 1)
+
+
+def test_best_round_pools_every_round_of_one_plan() -> None:
+    # the planner's plan is dp's: both cases' rounds pool, the fastest of the four counts
+    a = case("dp", [0.30, 0.25], plan={"strategy": "dp"})
+    b = case(PLANNER, [0.24, 0.31], plan={"strategy": "dp"})
+    other = case("gpipe", [0.26, 0.26], plan={"strategy": "gpipe"})
+    times = pooled_times([a, b, other], best_round=True)
+    assert times[id(a)] == times[id(b)] == 0.24 and times[id(other)] == 0.26
+    assert pooled_times([a, b, other])[id(a)] == pytest.approx(0.275)  # the medians' mean
+    assert best_round_time(case("x", [])) == 1.0  # no rounds: its measured time
+    one_round = summarize([case("dp", [0.2]), case(PLANNER, [0.2])])
+    assert one_round.selection_accuracy_best_round is None

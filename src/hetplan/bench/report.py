@@ -199,6 +199,12 @@ def _selection_section(doc: Document, summary: Summary) -> None:
         f" Against the synchronous cases only (the plans `plan` chooses from without "
         f"--asynchronous): {_pct_or_dash(summary.selection_accuracy_synchronous)}."
     )
+    if summary.selection_accuracy_best_round is not None:
+        doc.para(
+            "With every plan timed by its fastest round (a disturbed machine only slows a "
+            "run, so this ranks the plans' undisturbed speeds): "
+            f"{_pct_or_dash(summary.selection_accuracy_best_round)}."
+        )
     misses = [x for x in summary.selections if not x.hit]
     if misses:
         resolved = sum(x.resolved_miss for x in misses)

@@ -171,6 +171,8 @@ def _finish(result: SuiteResult, out: Path, as_json: bool) -> None:
     if summary.round_noise is not None:
         noise = _fmt(summary.round_noise)
         console.print(f"noise floor (median spread of a case's rounds): {noise}")
+        best = _fmt(summary.selection_accuracy_best_round)
+        console.print(f"selection accuracy with each plan's fastest round: {best}")
     if summary.interval_coverage is not None:
         console.print(
             f"measured inside the 80% interval: {_fmt(summary.interval_coverage)} (from the "
