@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 from json.encoder import encode_basestring_ascii as _string
 from typing import Any
 
@@ -135,32 +136,23 @@ class _Encoder:
     def items(self, o: dict[Any, Any] | list[Any] | tuple[Any, ...], depth: int) -> None:
         out = self.out
         inner = "\n" + "  " * (depth + 1)
+        pairs: Iterable[tuple[str, Any]]
         if isinstance(o, dict):
-            if not o:
-                out.append("{}")
-                return
-            sep = "{" + inner
-            for k, v in o.items():
-                head = sep + (_string(k) if type(k) is str else _key(k)) + ": "
-                text = _scalar(v)
-                if text is None:
-                    out.append(head)
-                    self.container(v, depth + 1)
-                else:
-                    out.append(head + text)
-                sep = "," + inner
-            out.append("\n" + "  " * depth + "}")
-            return
+            brackets = "{}"
+            pairs = (((_string(k) if type(k) is str else _key(k)) + ": ", v) for k, v in o.items())
+        else:
+            brackets = "[]"
+            pairs = (("", v) for v in o)
         if not o:
-            out.append("[]")
+            out.append(brackets)
             return
-        sep = "[" + inner
-        for v in o:
+        sep = brackets[0] + inner
+        for label, v in pairs:
             text = _scalar(v)
             if text is None:
-                out.append(sep)
+                out.append(sep + label)
                 self.container(v, depth + 1)
             else:
-                out.append(sep + text)
+                out.append(sep + label + text)
             sep = "," + inner
-        out.append("\n" + "  " * depth + "]")
+        out.append("\n" + "  " * depth + brackets[1])

@@ -173,23 +173,7 @@ def _emit_fwd(b: ScheduleBuilder, c: _Ctx, j: int) -> None:
         ),
     )
     if c.next_dev is not None:
-        b.add_action(
-            ("SF", r, s, j),
-            [("F", r, s, j)],
-            Action(
-                kind="send",
-                device=dev,
-                peer=c.next_dev,
-                resources=c.fwd_link,
-                duration_s=c.cut_fwd.fwd_s,
-                nbytes=c.cut_fwd.nbytes,
-                stage=s,
-                microbatch=j,
-                pipeline=r,
-                iteration=it,
-            ),
-            c.fwd_held,
-        )
+        _emit_send(b, c, ("SF", r, s, j), ("F", r, s, j), j, forward=True)
 
 
 def _emit_bwd(b: ScheduleBuilder, c: _Ctx, j: int) -> None:
@@ -217,20 +201,29 @@ def _emit_bwd(b: ScheduleBuilder, c: _Ctx, j: int) -> None:
             ),
         )
     if c.prev_dev is not None:
-        b.add_action(
-            ("SB", r, s, j),
-            [("B", r, s, j, len(parts) - 1)],
-            Action(
-                kind="send",
-                device=dev,
-                peer=c.prev_dev,
-                resources=c.bwd_link,
-                duration_s=c.cut_bwd.bwd_s,
-                nbytes=c.cut_bwd.nbytes,
-                stage=s,
-                microbatch=j,
-                pipeline=r,
-                iteration=it,
-            ),
-            c.bwd_held,
-        )
+        _emit_send(b, c, ("SB", r, s, j), ("B", r, s, j, len(parts) - 1), j, forward=False)
+
+
+def _emit_send(
+    b: ScheduleBuilder, c: _Ctx, key: Hashable, after: Hashable, j: int, *, forward: bool
+) -> None:
+    """Micro-batch ``j``'s activations to the next stage (``forward``) or its gradients to the
+    previous one, once ``after`` is done."""
+    cut = c.cut_fwd if forward else c.cut_bwd
+    b.add_action(
+        key,
+        [after],
+        Action(
+            kind="send",
+            device=c.st.devices[0],
+            peer=c.next_dev if forward else c.prev_dev,
+            resources=c.fwd_link if forward else c.bwd_link,
+            duration_s=cut.fwd_s if forward else cut.bwd_s,
+            nbytes=cut.nbytes,
+            stage=c.s,
+            microbatch=j,
+            pipeline=c.r,
+            iteration=j // c.m,
+        ),
+        c.fwd_held if forward else c.bwd_held,
+    )
