@@ -92,18 +92,31 @@ def test_wide_shows_and_explains_every_column(
 
 # ----------------------------------------------------------------------- the device limit
 
-HETERO_CPU = str(CLUSTERS / "local-cpu-hetero.yaml")
-LIMITED = ["plan", "--model", "gpt-tiny", "--cluster", HETERO_CPU, "--max-devices", "2",
-           "--analytical"]  # fmt: skip
-"""Three CPU devices, at most two used: the 3-device data-parallel baseline is predicted a
-little faster than every plan within the limit."""
+THREE_CPUS = """\
+name: three-cpus
+nodes:
+  - name: local
+    devices:
+      - {type: cpu, count: 3}
+    link: {type: shm}
+"""
+"""Three equal CPU devices, at most two used: the 3-device data-parallel baseline splits the
+batch three ways and is predicted faster than every plan within the limit."""
+
+
+def limited(tmp_path: Path) -> list[str]:
+    cluster = tmp_path / "three-cpus.yaml"
+    cluster.write_text(THREE_CPUS)
+    return ["plan", "--model", "gpt-tiny", "--cluster", str(cluster), "--max-devices", "2",
+            "--analytical"]  # fmt: skip
 
 
 def test_a_baseline_over_the_device_limit_is_never_ranked_first(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    args = limited(tmp_path)
     out = ["--out", str(tmp_path / "plan.json")]
-    _, text = _run([*LIMITED, *out, "--json"], capsys)
+    _, text = _run([*args, *out, "--json"], capsys)
     data = json.loads(text)
     base = data["baselines"]["dp-equal"]
     assert base["outside_limits"] == ["3 devices > limit 2"]
@@ -112,7 +125,7 @@ def test_a_baseline_over_the_device_limit_is_never_ranked_first(
     assert faster  # what used to put it first
     assert "cpu left out: --max-devices 2" in data["reasons"]
 
-    _, text = _run([*LIMITED, *out], capsys)
+    _, text = _run([*args, *out], capsys)
     rows = [x for x in text.splitlines() if x.startswith("│ ") and x.split("│")[1].strip()]
     ranks = [x.split("│")[1].strip() for x in rows]
     assert ranks[0] == "1" and data["best"]["label"] in rows[0]

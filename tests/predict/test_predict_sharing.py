@@ -11,7 +11,7 @@ from hetplan.cluster.spec import Cluster
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.planspec.trace import Span
 from hetplan.predict import predict
-from hetplan.predict.sharing import busy_overlap, core_groups
+from hetplan.predict.sharing import TIME_SLICE_TAX, busy_overlap, core_groups, shared_speeds
 
 REF = ModelRef(name="syn")
 
@@ -73,19 +73,33 @@ def test_pipeline_stages_sharing_a_core_never_overlap_with_one_micro_batch() -> 
     assert shared.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
 
 
-def test_data_parallel_ranks_sharing_a_core_keep_their_declared_share() -> None:
-    # Both replicas compute all the time at the same time: each gets half of the core.
+def test_data_parallel_ranks_sharing_a_core_keep_their_share_less_the_switching() -> None:
+    # Both replicas compute all the time at the same time: each gets half of the core, less
+    # the switching tax paid all of that time.
     g = graph(2, params=0)
     plan = _plan("dp", [["l0", "l1"]], ["n0.0", "n0.1"], 1, 8)
     shared = predict(plan, g, _pinned((0.5, 0.5), ((1,), (1,))), FixedCompute())
-    declared = predict(plan, g, cluster(2, speeds=(0.5, 0.5)), FixedCompute())
+    taxed = 0.5 * (1 - TIME_SLICE_TAX)
+    declared = predict(plan, g, cluster(2, speeds=(taxed, taxed)), FixedCompute())
     assert shared.iteration_time_s == pytest.approx(declared.iteration_time_s, rel=1e-9)
+
+
+def test_the_switching_tax_grows_with_the_time_shared() -> None:
+    # a alone on the core for 1 s, then with b for 1 s: k = 1.5, so a gets 1 / 1.5 of the
+    # core, less half the tax; b, always beside a, gets 1 / 2 less all of it
+    ops = [_op("a", "fwd", 0.0, 2.0), _op("b", "fwd", 1.0, 2.0)]
+    speeds = shared_speeds(_Timeline(ops), [(["a", "b"], 1.0)])  # type: ignore[arg-type]
+    assert speeds["a"] == pytest.approx(1 / 1.5 * (1 - TIME_SLICE_TAX / 2))
+    assert speeds["b"] == pytest.approx(1 / 2 * (1 - TIME_SLICE_TAX))
+    alone = shared_speeds(_Timeline([_op("a", "fwd", 0.0, 1.0)]), [(["a", "b"], 1.0)])  # type: ignore[arg-type]
+    assert alone == {"a": 1.0}  # no core-mate computing: the whole core, no tax
 
 
 def test_pipeline_with_overlap_lies_between_the_bounds() -> None:
     g = graph(2, params=0)
     plan = _plan("gpipe", [["l0"], ["l1"]], ["n0.0", "n0.1"], 4, 8)
     shared = predict(plan, g, _pinned((0.5, 0.5), ((1,), (1,))), FixedCompute()).iteration_time_s
-    slow = predict(plan, g, cluster(2, speeds=(0.5, 0.5)), FixedCompute()).iteration_time_s
+    taxed = 0.5 * (1 - TIME_SLICE_TAX)  # both computing all the time
+    slow = predict(plan, g, cluster(2, speeds=(taxed, taxed)), FixedCompute()).iteration_time_s
     fast = predict(plan, g, cluster(2, speeds=(1.0, 1.0)), FixedCompute()).iteration_time_s
     assert fast < shared < slow

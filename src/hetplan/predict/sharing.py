@@ -6,7 +6,8 @@ threads share a core equally; a blocked one uses none of it) gives a busy proces
 core while its core-mates wait, for example in a pipeline's bubbles or while they wait for a
 transfer. So a process's real speed depends on the schedule: with capacity ``C`` (the sum of the
 declared speeds of the devices pinned to the same cores) and ``k`` members computing at once,
-each gets ``C / k``.
+each gets ``C / k``, less what switching between them costs: a core time-sliced between
+busy processes refills their caches at every slice (:data:`TIME_SLICE_TAX`).
 
 :func:`shared_speeds` estimates each member's effective speed as ``C / k_avg``, where
 ``k_avg`` is the time-weighted number of members computing during its own compute time in a
@@ -22,6 +23,13 @@ from collections import defaultdict
 from hetplan.cluster.spec import Cluster
 from hetplan.planspec.trace import COMPUTE_KINDS
 from hetplan.simulate import Timeline
+
+TIME_SLICE_TAX = 0.08
+"""Fraction of a core lost to switching while two or more processes pinned to it compute at
+once (dimensionless): ``1 - 2 s`` with ``s`` a process's measured share two to a core,
+``benchmarks/bench_core_sharing.py`` on the 2-core development machine (2026-11-29, forward and
+backward, one thread, fastest of 4 trials): s = 0.425 (resnet-tiny), 0.460 (vgg11), 0.463
+(gpt-tiny); median 0.46."""
 
 SHARING_ROUNDS = 3
 """Re-simulations with the effective speeds (the estimate moves little after 2-3 rounds on
@@ -69,11 +77,13 @@ def busy_overlap(timeline: Timeline, members: list[str]) -> dict[str, float]:
 
 
 def shared_speeds(timeline: Timeline, groups: list[tuple[list[str], float]]) -> dict[str, float]:
-    """Effective speed ``capacity / k_avg`` of every member that computes."""
+    """Effective speed of every member that computes: ``capacity / k_avg``, less
+    :data:`TIME_SLICE_TAX` in proportion to the time a core-mate computed beside it
+    (``k_avg - 1``, at most 1)."""
     out: dict[str, float] = {}
     for members, capacity in groups:
         for dev, k in busy_overlap(timeline, members).items():
-            out[dev] = capacity / k
+            out[dev] = capacity / k * (1.0 - TIME_SLICE_TAX * min(1.0, k - 1.0))
     return out
 
 
