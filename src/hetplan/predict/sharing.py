@@ -9,10 +9,11 @@ declared speeds of the devices pinned to the same cores) and ``k`` members compu
 each gets ``C / k``, less what switching between them costs: a core time-sliced between
 busy processes refills their caches at every slice (:data:`TIME_SLICE_TAX`).
 
-:func:`shared_speeds` estimates each member's effective speed as ``C / k_avg``, where
-``k_avg`` is the time-weighted number of members computing during its own compute time in a
-simulated timeline; :func:`hetplan.predict.predict` re-prices and re-simulates with those
-speeds a few times (a fixed-point iteration), starting from the declared ones.
+:func:`shared_speeds` estimates each member's effective speed as ``C / k_avg`` (less the
+tax while ``k_avg > 1``), where ``k_avg`` is the time-weighted number of members computing
+during its own compute time in a simulated timeline; :func:`hetplan.predict.predict`
+re-prices and re-simulates with those speeds a few times (a fixed-point iteration), starting
+from the declared ones.
 """
 
 from __future__ import annotations
