@@ -101,7 +101,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
     cluster = load_cluster(Path(args.cluster))
-    pairs_only = dataclasses.replace(cluster, collective_step_s=None)
+    pairs_only = dataclasses.replace(cluster, collective_step_s=None, collective_bandwidth=None)
     kb = [float(x) for x in args.kb.split(",")]
     world = len(cluster.devices)
     cpus = [list(d.cpus or ()) for d in cluster.devices]

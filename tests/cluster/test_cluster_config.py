@@ -193,6 +193,7 @@ def test_cluster_to_config_round_trips_custom_figures(tmp_path: Path) -> None:
     data["nodes"][0]["pairs"].append({"between": [2, 0], "link": {"type": "PCIe4x16"}})
     data["collective_overhead_us"] = 12.5
     data["collective_step_latency_us"] = 640
+    data["collective_step_bandwidth_GBps"] = 0.77
     cluster = cluster_from_data(data, "t.yaml")
     out = tmp_path / "out.yaml"
     write_cluster_config(out, cluster_to_config(cluster))
@@ -201,6 +202,7 @@ def test_cluster_to_config_round_trips_custom_figures(tmp_path: Path) -> None:
     assert again.network == cluster.network and again.intra_links == cluster.intra_links
     assert again.collective_overhead_s == cluster.collective_overhead_s
     assert again.collective_step_s == pytest.approx(640e-6, rel=1e-12)
+    assert again.collective_bandwidth == pytest.approx(0.77e9, rel=1e-12)
     assert again.pair_links.keys() == cluster.pair_links.keys()
     for key, link in cluster.pair_links.items():
         got = again.pair_links[key]

@@ -77,6 +77,8 @@ CASES = [
     ("collective_overhead_us", -5, "collective_overhead_us: expected a finite number >= 0"),
     ("collective_step_latency_us", -1,
      "collective_step_latency_us: expected a finite number >= 0"),
+    ("collective_step_bandwidth_GBps", 0,
+     "collective_step_bandwidth_GBps: expected a finite number > 0"),
 ]  # fmt: skip
 
 

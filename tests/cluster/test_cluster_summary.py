@@ -122,6 +122,7 @@ def _reference(cluster: Cluster) -> ClusterSummary:
         fastest_link=fast,
         collective_overhead_s=cluster.collective_overhead_s,
         collective_step_s=cluster.collective_step_s,
+        collective_bandwidth=cluster.collective_bandwidth,
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -176,3 +177,32 @@ def test_hierarchical_with_single_device_nodes(make_cluster) -> None:
     groups = [["n0.0"], ["n1.0"], ["n2.0"]]
     expected = ring_allreduce_time(3e8, 3, 1e9, 0.0)
     assert hierarchical_allreduce_time(3e8, groups, cluster) == pytest.approx(expected)
+
+
+def test_measured_step_caps_bound_every_ring_edge(make_cluster) -> None:
+    # A step's measured latency (0.2 ms) and bandwidth (0.5 GB/s) cap the edges' 1 ms and
+    # 2 GB/s, with or without pair overrides (the grouped and the concrete rings agree).
+    devices = ["n0.0", "n0.1", "n0.2"]
+    s = 3e6  # chunks of 1 MB: 2 ms each at 0.5 GB/s
+    expected = 4 * (0.2e-3 + 2e-3)
+    for pairs in ({}, {("n0.0", "n0.1"): Link(kind="p", bandwidth=2e9, latency_s=1e-3)}):
+        cluster = dataclasses.replace(
+            make_cluster([3], intra_bw=2e9, intra_lat=1e-3, pair_links=pairs),
+            collective_step_s=0.2e-3,
+            collective_bandwidth=0.5e9,
+        )
+        assert allreduce_time(s, devices, cluster, algorithm="ring") == pytest.approx(expected)
+        assert allreduce_time(s, devices, cluster) == pytest.approx(expected)  # ring < tree
+        assert all(e.bandwidth == 0.5e9 for e in ring_links(devices, cluster))
+        # the latency cap alone leaves the bandwidth (gloo's reduce and broadcast)
+        uncapped = ring_links(devices, cluster, capped_bandwidth=False)
+        assert [(e.latency_s, e.bandwidth) for e in uncapped] == [(0.2e-3, 2e9)] * 3
+    # caps above every link change nothing
+    loose = dataclasses.replace(
+        make_cluster([3], intra_bw=2e9, intra_lat=1e-3),
+        collective_step_s=1,
+        collective_bandwidth=1e12,
+    )
+    assert allreduce_time(s, devices, loose, algorithm="ring") == pytest.approx(
+        ring_allreduce_time(s, 3, 2e9, 1e-3)
+    )

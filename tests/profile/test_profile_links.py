@@ -71,6 +71,24 @@ def test_allreduce_overhead_is_intercept_minus_ring_latency() -> None:
     low = allreduce_result(3, SIZES, [[50e-6 + s / 1e9] for s in SIZES], pairs)
     assert low.overhead_s == 0
     assert low.step_latency_s == pytest.approx(12.5e-6)
+    assert ar.step_bandwidth is None and low.step_bandwidth is None  # bus >= the pairs' 1 GB/s
+    # a slope twice the ring's (bus bandwidth 0.5 GB/s, the pairs 1 GB/s): the step's bandwidth
+    slow = allreduce_result(3, SIZES, [[200e-6 + s * (4 / 3) / 0.5e9] for s in SIZES], pairs)
+    assert slow.bus_bandwidth == pytest.approx(0.5e9)
+    assert slow.step_bandwidth == pytest.approx(0.5e9)
+
+
+def test_link_fits_follow_every_size_not_the_largest_alone() -> None:
+    # 1 KiB to 32 MiB, latency 25 us, 4 GB/s, the largest message read 3% slow or fast: an
+    # absolute least-squares fit spends its intercept on that one point (17 or 33 us); relative
+    # to each time it keeps the small sizes' latency.
+    sizes = [1024, 16384, 262144, 4194304, 33554432]
+    for factor in (1.03, 0.97):
+        times = [25e-6 + s / 4e9 for s in sizes]
+        times[-1] *= factor
+        latency, bandwidth = fit_link(sizes, times)
+        assert latency == pytest.approx(25e-6, rel=0.01)
+        assert bandwidth == pytest.approx(4e9, rel=0.03)
 
 
 def rank_output(rank: int, pairs: dict[str, Any], allreduce: dict[str, list[float]]) -> dict:
@@ -142,6 +160,20 @@ def test_apply_report_writes_pairs_and_overhead_the_planner_reads(tmp_path: Path
     again = load_cluster(path)
     assert again.collective_step_s == pytest.approx(15e-6, rel=1e-5)
     assert again.collective_overhead_s == 0
+    assert again.collective_bandwidth is None  # bus 1.33 GB/s >= the slowest pair's 1 GB/s
+    # an all-reduce slower than the pairs' ring (bus 0.25 GB/s): its step's bandwidth too
+    slow = allreduce_result(3, SIZES, [[60e-6 + s * (4 / 3) / 0.25e9] for s in SIZES], pairs)
+    write_cluster_config(
+        path,
+        apply_report(
+            config,
+            cluster,
+            LinkReport(
+                backend="gloo", world_size=3, statistic="median", pairs=tuple(pairs), allreduce=slow
+            ),
+        ),
+    )
+    assert load_cluster(path).collective_bandwidth == pytest.approx(0.25e9, rel=1e-5)
     with pytest.raises(InputError, match="2 ranks"):
         apply_report(
             config,

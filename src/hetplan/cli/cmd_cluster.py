@@ -116,6 +116,9 @@ def _print_summary(s: ClusterSummary) -> None:
     console.print(f"collective overhead: {fmt_seconds(s.collective_overhead_s)}")
     if s.collective_step_s is not None:
         console.print(f"collective step latency (measured cap): {fmt_seconds(s.collective_step_s)}")
+    if s.collective_bandwidth is not None:
+        rate = s.collective_bandwidth / GB
+        console.print(f"collective step bandwidth (measured cap): {rate:g} GB/s")
 
 
 def show(

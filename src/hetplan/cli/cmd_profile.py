@@ -296,6 +296,14 @@ def allreduce_lines(ar: AllreduceResult) -> list[str]:
                 f"{ar.step_latency_s * 1e6:.1f} us (intercept / {2 * (ar.world_size - 1)} steps)"
             ]
         ),
+        *(
+            []
+            if ar.step_bandwidth is None
+            else [
+                f"the pairs overstate a collective's bandwidth: collective step bandwidth "
+                f"{ar.step_bandwidth / 1e9:.3f} GB/s (the slope's bus bandwidth)"
+            ]
+        ),
     ]
 
 
@@ -303,7 +311,8 @@ def profile_links(
     cluster: Annotated[Path, typer.Option(help="Cluster file (one node) whose links to measure.")],
     out: Annotated[Path, typer.Option(help="Cluster file to write (may be the same file).")],
     sizes: Annotated[
-        str | None, typer.Option(help="Message sizes, e.g. 1K,64K,1M,4M (default 1K..4M).")
+        str | None,
+        typer.Option(help="Message sizes, e.g. 1K,64K,1M,4M (default 1K,16K,256K,4M,32M)."),
     ] = None,
     warmup: Annotated[int, typer.Option(min=0, help="Untimed repetitions per size.")] = 2,
     iters: Annotated[int, typer.Option(min=1, help="Timed repetitions per size.")] = 10,

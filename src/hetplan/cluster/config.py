@@ -5,7 +5,7 @@ Units in the file are in the field names:
 - ``bandwidth_GBps``: gigabytes per second (1e9 B/s); ``bandwidth_gbit``: gigabits per
   second (1e9 bit/s, as network gear is quoted). Give one of the two.
 - ``latency_us``, ``kernel_overhead_us``, ``collective_overhead_us``,
-  ``collective_step_latency_us``: microseconds.
+  ``collective_step_latency_us``: microseconds; ``collective_step_bandwidth_GBps``: GB/s.
 - ``memory_GiB``: gibibytes; ``memory_bandwidth_GBps``: GB/s; ``peak_tflops``: TFLOP/s per
   dtype; ``*_power_w``: watts; ``price_per_hour``: USD per hour.
 
@@ -45,14 +45,19 @@ Full schema (``?`` marks optional keys)::
         compute_efficiency?, memory_efficiency?, kernel_overhead_us?, source?
     collective_overhead_us?: float = 30   # DEFAULT_COLLECTIVE_OVERHEAD_S
     collective_step_latency_us?: float    # a collective step's latency, measured (below)
+    collective_step_bandwidth_GBps?: float  # a collective step's bandwidth, measured (below)
     # LINK: {type: CATALOG_LINK, bandwidth_GBps|bandwidth_gbit?, latency_us?}
     #    or {bandwidth_GBps|bandwidth_gbit: .., latency_us: ..}
 
-``collective_step_latency_us`` caps the latency of every step of gloo's reduce and broadcast
-(the synchronous parameter server on CPU ranks), whatever the pair latencies say.
-``hetplan profile-links`` writes it where its all-reduce over every rank runs faster than the
-pairs' ping-pongs predict: CPU ranks sharing a core, where a ping-pong waits for the partner's
-time slice and a collective's steps overlap (docs/cost-models.md §5.1, "gloo's calls").
+``collective_step_latency_us`` and ``collective_step_bandwidth_GBps`` cap the latency and the
+bandwidth of every step of a ring collective (all-reduce, reduce-scatter, all-gather) and of
+gloo's reduce and broadcast, whatever the pair links say. ``hetplan profile-links`` writes
+them from its all-reduce over every rank: the latency where the all-reduce's intercept is
+below what the pairs' ping-pongs predict (CPU ranks sharing a core: a ping-pong waits for the
+partner's time slice, a collective's ranks all wait on their next step at once), the
+bandwidth where its slope is above (CPU ranks over loopback: in a collective every rank sends,
+receives and adds at once on its own core, where a ping-pong does one of them at a time);
+docs/cost-models.md §5.1, "gloo's calls".
 
 ``address`` is where the other nodes reach this node: ``hetplan train --print-commands`` puts
 the first node's into ``--rdzv ADDRESS:29400`` (without one, the node's name, which must then
@@ -250,6 +255,9 @@ class ClusterConfig:
     collective_step_latency_us: float | None = None
     """The most one step of a collective waits on its link, microseconds (None: the pair
     latencies alone)."""
+    collective_step_bandwidth_GBps: float | None = None  # noqa: N815 (unit in the name)
+    """The most bandwidth one edge of a collective's step gets, GB/s (None: the pair
+    bandwidths alone)."""
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -262,6 +270,7 @@ class ClusterConfig:
         _non_negative("collective_overhead_us", self.collective_overhead_us)
         if self.collective_step_latency_us is not None:
             _non_negative("collective_step_latency_us", self.collective_step_latency_us)
+        _positive("collective_step_bandwidth_GBps", self.collective_step_bandwidth_GBps)
 
 
 def config_from_data(data: Any, source: str) -> ClusterConfig:

@@ -124,4 +124,7 @@ def cluster_to_config(cluster: Cluster) -> ClusterConfig:
         collective_step_latency_us=(
             None if cluster.collective_step_s is None else _h(cluster.collective_step_s, 1e-6)
         ),
+        collective_step_bandwidth_GBps=(
+            None if cluster.collective_bandwidth is None else _h(cluster.collective_bandwidth, GB)
+        ),
     )

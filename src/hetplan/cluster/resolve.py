@@ -229,5 +229,10 @@ def resolve_config(config: ClusterConfig, source: str) -> Cluster:
             if config.collective_step_latency_us is None
             else config.collective_step_latency_us / PER_S
         ),
+        collective_bandwidth=(
+            None
+            if config.collective_step_bandwidth_GBps is None
+            else config.collective_step_bandwidth_GBps * GB
+        ),
         addresses={n.name: n.address for n in config.nodes if n.address is not None},
     )

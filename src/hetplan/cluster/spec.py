@@ -115,9 +115,12 @@ class Cluster:
     """Fixed cost per collective call (negotiation, buffer set-up), seconds."""
     collective_step_s: float | None = None
     """The most latency one step of a collective sees on any link, seconds, measured from a
-    collective over every device (``profile-links``); None: the links' own latencies. Used by
-    gloo's reduce and broadcast (:mod:`hetplan.cost.comm_gloo`); point-to-point transfers and
-    the all-reduce ring keep the links' figures (:meth:`collective_link`)."""
+    collective over every device (``profile-links``); None: the links' own latencies."""
+    collective_bandwidth: float | None = None
+    """The most bandwidth one edge of a collective's step gets, bytes/s, measured the same way;
+    None: the links' own. Both caps apply to every edge of a ring collective, the latency cap
+    alone to gloo's reduce and broadcast (:meth:`collective_link`); point-to-point transfers
+    keep the links' figures."""
     addresses: dict[str, str] = field(default_factory=dict)
     """Host name or IP address where each node is reachable, by node name (the nodes whose
     cluster file gives one)."""
@@ -179,16 +182,27 @@ class Cluster:
             inter = self._inter_link(da.node, db.node)
         return inter
 
-    def collective_link(self, link: Link) -> Link:
+    def collective_link(self, link: Link, *, capped_bandwidth: bool = True) -> Link:
         """``link`` as one step of a collective sees it: its latency capped at
-        ``collective_step_s``. CPU ranks that share a core answer a ping-pong a time slice
-        late, but in a collective every rank is already waiting on its next step, so the
-        measured step is far shorter than the pair figure (docs/cost-models.md, "Collective
-        steps on CPU ranks")."""
+        ``collective_step_s``, its bandwidth at ``collective_bandwidth``. CPU ranks that share
+        a core answer a ping-pong a time slice late, but in a collective every rank is already
+        waiting on its next step, so the measured step is far shorter than the pair figure;
+        and every rank of a collective sends, receives and adds at once on its own core, so a
+        step moves its bytes far slower than a ping-pong does (docs/cost-models.md §5.1,
+        "gloo's calls"). ``capped_bandwidth=False``: the latency cap alone (gloo's reduce and
+        broadcast, measured at the pairs' bandwidth)."""
         step = self.collective_step_s
-        if step is None or link.latency_s <= step:
+        bandwidth = self.collective_bandwidth if capped_bandwidth else None
+        latency = link.latency_s if step is None else min(link.latency_s, step)
+        rate = link.bandwidth if bandwidth is None else min(link.bandwidth, bandwidth)
+        if latency == link.latency_s and rate == link.bandwidth:
             return link
-        return Link(kind=link.kind, bandwidth=link.bandwidth, latency_s=step)
+        return Link(kind=link.kind, bandwidth=rate, latency_s=latency)
+
+    @property
+    def collective_capped(self) -> bool:
+        """Whether a measured cap changes what a collective's steps see."""
+        return self.collective_step_s is not None or self.collective_bandwidth is not None
 
     def collective_link_of(self, link: Link | None) -> Link | None:
         """:meth:`collective_link` of a link that may be missing (a one-device node)."""

@@ -23,6 +23,7 @@ from hetplan.cluster.config import ClusterConfig, NodeConfig
 from hetplan.cluster.resolve import PER_S, _lookup_type, _types, resolve_link
 from hetplan.cluster.spec import Cluster, Device, DeviceType, Link
 from hetplan.errors import InputError
+from hetplan.units import GB
 
 MAX_DEVICES = 10**9
 """Most devices a cluster file may hold for ``cluster show`` (and ``cluster generate`` may
@@ -79,6 +80,8 @@ class ClusterSummary:
     collective_overhead_s: float
     collective_step_s: float | None = None
     """The measured cap on a collective step's latency (None: the links' own)."""
+    collective_bandwidth: float | None = None
+    """The measured cap on a collective step's bandwidth, bytes/s (None: the links' own)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,6 +115,7 @@ class _Layout:
     device_id: Callable[[int], str]
     collective_overhead_s: float
     collective_step_s: float | None = None
+    collective_bandwidth: float | None = None
     starts: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -184,6 +188,7 @@ def _cluster_layout(cluster: Cluster) -> _Layout:
         device_id=lambda p: ordered[p].id,
         collective_overhead_s=cluster.collective_overhead_s,
         collective_step_s=cluster.collective_step_s,
+        collective_bandwidth=cluster.collective_bandwidth,
     )
 
 
@@ -303,6 +308,11 @@ def _config_layout(config: ClusterConfig, source: str) -> _Layout:
             None
             if config.collective_step_latency_us is None
             else config.collective_step_latency_us / PER_S
+        ),
+        collective_bandwidth=(
+            None
+            if config.collective_step_bandwidth_GBps is None
+            else config.collective_step_bandwidth_GBps * GB
         ),
     )
 
@@ -550,6 +560,7 @@ def _summary(layout: _Layout) -> ClusterSummary:
         fastest_link=fast,
         collective_overhead_s=layout.collective_overhead_s,
         collective_step_s=layout.collective_step_s,
+        collective_bandwidth=layout.collective_bandwidth,
     )
 
 

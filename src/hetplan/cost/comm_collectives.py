@@ -116,8 +116,12 @@ def ring_tree_crossover_bytes(world: int, bandwidth: float, latency_s: float) ->
     return world * bandwidth * latency_s * ((world - 1) - math.ceil(math.log2(world)))
 
 
-def ring_links(devices: Sequence[str], cluster: Cluster) -> list[Link]:
-    """The edges ``d[i] -> d[i+1 mod W]`` of a ring in the given order, with NIC sharing.
+def ring_links(
+    devices: Sequence[str], cluster: Cluster, *, capped_bandwidth: bool = True
+) -> list[Link]:
+    """The edges ``d[i] -> d[i+1 mod W]`` of a ring in the given order, with NIC sharing,
+    each as a collective's step sees it (:meth:`Cluster.collective_link`: the cluster's
+    measured caps on a step's latency and, with ``capped_bandwidth``, bandwidth).
 
     Edges that cross nodes share the sending node's NIC (transmit) and the receiving node's
     NIC (receive): with ``k`` ring edges leaving a node, each gets ``1/k`` of its bandwidth.
@@ -141,7 +145,7 @@ def ring_links(devices: Sequence[str], cluster: Cluster) -> list[Link]:
                 cluster.network[nb].bandwidth / rx[nb],
             )
             link = Link(kind=link.kind, bandwidth=bw, latency_s=link.latency_s)
-        out.append(link)
+        out.append(cluster.collective_link(link, capped_bandwidth=capped_bandwidth))
     return out
 
 
@@ -205,7 +209,11 @@ def _node_counts(devices: Sequence[str], cluster: Cluster) -> NodeCounts:
     if last is not None and last[0] is cluster and last[1] == key:
         return last[2]
     per = Counter(cluster.device(d).node for d in key)
-    out = tuple((k, cluster.intra_links.get(n), cluster.network.get(n), 1) for n, k in per.items())
+    link = cluster.collective_link_of
+    out = tuple(
+        (k, link(cluster.intra_links.get(n)), link(cluster.network.get(n)), 1)
+        for n, k in per.items()
+    )
     _last_counts[:] = [(cluster, key, out)]
     return out
 

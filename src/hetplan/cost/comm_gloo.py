@@ -13,13 +13,14 @@ call of a phase issued asynchronously and then waited. On CPU ranks these are gl
   carrying the whole buffer.
 
 Each step waits on the slowest edge of the ring (:func:`ring_links`), with its latency capped
-at the cluster's measured collective step (``Cluster.collective_link``). On CPU ranks that
-share a core a ping-pong between core-mates waits a time slice (~1.8 ms on the 2-core
-machine), which is not what these calls see: local-cpu-4on2's resnet-tiny PS measured 37-40 ms
-a step against 25.8 ms priced from the pairs by the TF-style model and 36.6 ms from this one
-(docs/benchmarks.md, "gloo's collectives on shared cores"). The data-parallel ring keeps the
-pair figures: its steps in training measured as slow as them (ranks staggered by their
-core-mates' time slices, up to 6 ms on local-cpu-4on2), a mechanism not modelled apart.
+at the cluster's measured collective step (``Cluster.collective_link``). Its bandwidth is the
+pairs': the cap measured from an all-reduce's slope put one host's reduce and broadcast of 16
+MiB at 86 ms on local-cpu-4on2, measured 33-36 ms, where the pairs give 35 ms
+(``benchmarks/bench_gloo_ps_collectives.py --kb 256,4096,16384``, 2026-11-29). On CPU ranks
+that share a core a ping-pong between core-mates waits a time slice (~1.8 ms on the 2-core
+machine), which is not what these calls see: local-cpu-4on2's resnet-tiny PS measured 37-40
+ms a step against 25.8 ms priced from the pairs by the TF-style model and 36.6 ms from this
+one (docs/benchmarks.md, "gloo's collectives on shared cores").
 """
 
 from __future__ import annotations
@@ -41,8 +42,7 @@ GLOO_ASYNC_OVERLAP = 1.3
 
 def _slowest(devices: Sequence[str], cluster: Cluster) -> tuple[float, float]:
     """``(latency s, bandwidth B/s)`` of a step on the ring over ``devices``."""
-    links = [cluster.collective_link(link) for link in ring_links(list(devices), cluster)]
-    slow = slowest_link(links)
+    slow = slowest_link(ring_links(list(devices), cluster, capped_bandwidth=False))
     return slow.latency_s, slow.bandwidth
 
 

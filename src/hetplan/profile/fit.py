@@ -50,23 +50,29 @@ class LinearFit:
         return self.a_s + self.k_s * x
 
 
-def fit_linear(xs: Sequence[float], ts: Sequence[float]) -> LinearFit:
+def fit_linear(xs: Sequence[float], ts: Sequence[float], *, relative: bool = False) -> LinearFit:
     """Least-squares ``t = a + k*x`` with ``a, k >= 0`` (times never shrink with size).
 
     The unconstrained solution is used when both coefficients are non-negative; otherwise the
     better of the two one-parameter fits (``a = 0`` or ``k = 0``), which is the exact
     non-negative least-squares optimum for two unknowns. One distinct ``x`` gives ``k = 0``.
+
+    ``relative``: minimise the residuals relative to each time (weights ``1 / t``), for sizes
+    spanning decades (message sizes 1 KiB-32 MiB): an absolute fit follows the largest size
+    alone, and its intercept, the latency, is what is left of that one point's error.
     """
     if len(xs) != len(ts) or not xs:
         raise ValueError(f"need matching, non-empty sizes and times (got {len(xs)}, {len(ts)})")
     x = np.asarray(xs, dtype=float)
     t = np.asarray(ts, dtype=float)
+    w = 1.0 / np.maximum(t, 1e-12) if relative else np.ones_like(t)
     if np.ptp(x) > 0:
-        design = np.stack([np.ones_like(x), x], axis=1)
-        (a, k), *_ = np.linalg.lstsq(design, t, rcond=None)
+        design = np.stack([w, w * x], axis=1)
+        (a, k), *_ = np.linalg.lstsq(design, w * t, rcond=None)
         if a >= 0 and k >= 0:
             return LinearFit(a_s=float(a), k_s=float(k))
-    candidates = [LinearFit(a_s=max(float(t.mean()), 0.0), k_s=0.0)]
-    if float(np.dot(x, x)) > 0:
-        candidates.append(LinearFit(a_s=0.0, k_s=max(float(np.dot(x, t) / np.dot(x, x)), 0.0)))
-    return min(candidates, key=lambda f: float(np.sum((f.a_s + f.k_s * x - t) ** 2)))
+    wx, wt = w * x, w * t
+    candidates = [LinearFit(a_s=max(float(np.dot(w, wt) / np.dot(w, w)), 0.0), k_s=0.0)]
+    if float(np.dot(wx, wx)) > 0:
+        candidates.append(LinearFit(a_s=0.0, k_s=max(float(np.dot(wx, wt) / np.dot(wx, wx)), 0.0)))
+    return min(candidates, key=lambda f: float(np.sum((w * (f.a_s + f.k_s * x - t)) ** 2)))

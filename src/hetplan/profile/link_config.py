@@ -2,7 +2,8 @@
 
 Measured pairs become top-level ``pairs`` overrides (by device id) and the allreduce overhead
 becomes ``collective_overhead_us`` (and, where the pairs overstate a collective's step,
-``collective_step_latency_us``): exactly what :func:`hetplan.cluster.load_cluster` reads.
+``collective_step_latency_us`` and ``collective_step_bandwidth_GBps``): exactly what
+:func:`hetplan.cluster.load_cluster` reads.
 """
 
 from __future__ import annotations
@@ -86,9 +87,11 @@ def apply_report(config: ClusterConfig, cluster: Cluster, report: LinkReport) ->
     out.pairs = kept + new
     if report.allreduce is not None:
         step = report.allreduce.step_latency_s
+        rate = report.allreduce.step_bandwidth
         out = dataclasses.replace(
             out,
             collective_overhead_us=_round(report.allreduce.overhead_s * 1e6),
             collective_step_latency_us=None if step is None else _round(step * 1e6),
+            collective_step_bandwidth_GBps=None if rate is None else _round(rate / 1e9),
         )
     return out

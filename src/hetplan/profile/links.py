@@ -11,7 +11,11 @@ round trip. The figures are fitted by least squares:
   (the ring model of :mod:`hetplan.cost.comm_collectives`). Where the intercept is *below*
   those terms, the pairs overstate a collective's step (CPU ranks sharing a core: a
   ping-pong waits for the partner's time slice, a ring's ranks all wait on their next step at
-  once), and ``a / (2 (W-1))`` becomes the cluster's ``collective_step_latency_us``.
+  once), and ``a / (2 (W-1))`` becomes the cluster's ``collective_step_latency_us``. Where the
+  slope is *above* what the ring's slowest pair predicts, i.e. ``2 (W-1) / (W k)`` below that
+  pair's bandwidth, it becomes the cluster's ``collective_step_bandwidth_GBps`` (CPU ranks over
+  loopback: a collective's ranks send, receive and add at once on their own cores, a
+  ping-pong's do one of them at a time).
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ from hetplan.errors import SettingError
 from hetplan.profile.fit import LinearFit, Stats, fit_linear, summarize
 
 # Default message sizes, bytes: 1 KiB to 4 MiB in steps of 16x (latency-bound to
-# bandwidth-bound on Ethernet, PCIe and NVLink alike); overridable with --sizes.
-DEFAULT_SIZES = (2**10, 2**14, 2**18, 2**22)
+# bandwidth-bound on Ethernet, PCIe and NVLink alike), and 32 MiB, the size of DDP's gradient
+# buckets (25 MiB by default), where CPU ranks' collectives run at their slowest (gloo over
+# loopback, docs/benchmarks.md); overridable with --sizes.
+DEFAULT_SIZES = (2**10, 2**14, 2**18, 2**22, 2**25)
 ELEMENT_BYTES = 4  # float32 elements carry the messages
 
 
@@ -87,6 +93,9 @@ class AllreduceResult:
     step_latency_s: float | None = None
     """``a / (2 (W-1))`` where ``a < ring_latency_s`` (the pairs overstate a step), else
     None."""
+    step_bandwidth: float | None = None
+    """``bus_bandwidth`` where it is below the ring's slowest pair bandwidth (the pairs
+    overstate how fast a step moves its bytes), else None; bytes per second."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,12 +118,13 @@ def all_pairs(world: int) -> list[tuple[int, int]]:
 
 
 def fit_link(sizes: Sequence[int], times: Sequence[float]) -> tuple[float, float]:
-    """``(latency_s, bandwidth)`` of ``t = L + S / B`` fitted to median one-way times.
+    """``(latency_s, bandwidth)`` of ``t = L + S / B`` fitted to median one-way times, relative
+    to each (``fit_linear``: sizes span 1 KiB-32 MiB).
 
     A flat fit (no size dependence measurable) has no slope; the bandwidth then comes from the
     largest message's time alone, a lower bound.
     """
-    fit = fit_linear([float(s) for s in sizes], times)
+    fit = fit_linear([float(s) for s in sizes], times, relative=True)
     if fit.k_s > 0:
         return fit.a_s, 1.0 / fit.k_s
     return fit.a_s, max(sizes) / max(*times, 1e-12)
@@ -142,13 +152,17 @@ def pair_result(
     )
 
 
+def ring_edges(world: int, pairs: Sequence[PairResult]) -> list[PairResult]:
+    """The pairs on the ring ``0 -> 1 -> ... -> W-1 -> 0``."""
+    by_ranks = {tuple(sorted(p.ranks)): p for p in pairs}
+    return [by_ranks[tuple(sorted((r, (r + 1) % world)))] for r in range(world)]
+
+
 def ring_latency(world: int, pairs: Sequence[PairResult]) -> float:
     """``2 (W-1) max L`` over the ring ``0 -> 1 -> ... -> W-1 -> 0``."""
     if world <= 1:
         return 0.0
-    lat = {tuple(sorted(p.ranks)): p.latency_s for p in pairs}
-    edges = [tuple(sorted((r, (r + 1) % world))) for r in range(world)]
-    return 2 * (world - 1) * max(lat[e] for e in edges)
+    return 2 * (world - 1) * max(p.latency_s for p in ring_edges(world, pairs))
 
 
 def allreduce_result(
@@ -160,19 +174,22 @@ def allreduce_result(
 ) -> AllreduceResult:
     """Summarise allreduce samples (per size, the slowest rank's time of each repetition)."""
     stats = tuple(summarize(s) for s in samples)
-    fit = fit_linear([float(s) for s in sizes], [pick(s, statistic) for s in stats])
+    fit = fit_linear([float(s) for s in sizes], [pick(s, statistic) for s in stats], relative=True)
     ring = ring_latency(world, pairs)
     steps = 2 * (world - 1) / world
     step = max(fit.a_s, 0.0) / (2 * (world - 1)) if world > 1 and fit.a_s < ring else None
+    bus = steps / fit.k_s if fit.k_s > 0 else None
+    slowest = min((p.bandwidth for p in ring_edges(world, pairs)), default=None)
     return AllreduceResult(
         world_size=world,
         sizes=tuple(sizes),
         times=stats,
         fit=fit,
-        bus_bandwidth=steps / fit.k_s if fit.k_s > 0 else None,
+        bus_bandwidth=bus,
         ring_latency_s=ring,
         overhead_s=max(0.0, fit.a_s - ring),
         step_latency_s=step,
+        step_bandwidth=bus if bus is not None and slowest is not None and bus < slowest else None,
     )
 
 
