@@ -9,7 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hetplan.cluster.spec import Link
+from hetplan.cluster.catalog import device_type
+from hetplan.cluster.spec import Cluster, Device, Link
 from hetplan.cost.comm import (
     allreduce_time,
     gpipe_comm_time,
@@ -206,3 +207,21 @@ def test_measured_step_caps_bound_every_ring_edge(make_cluster) -> None:
     assert allreduce_time(s, devices, loose, algorithm="ring") == pytest.approx(
         ring_allreduce_time(s, 3, 2e9, 1e-3)
     )
+
+
+def test_cpu_ranks_ring_as_gloo_does_where_nccl_would_take_the_tree() -> None:
+    # Four CPU ranks, 1 ms steps, 20 KB: gloo rings, 2 (W-1) = 6 steps of 1 ms + 5 KB / 1 GB/s;
+    # the tree (what `auto` picks for GPUs, 2 log2(4) = 4 latencies) would be cheaper.
+    cpu = device_type("cpu")
+    devices = tuple(Device(id=f"n0.{k}", type=cpu, node="n0", index=k) for k in range(4))
+    link = Link(kind="t", bandwidth=1e9, latency_s=1e-3)
+    cluster = Cluster(name="c", devices=devices, intra_links={"n0": link})
+    ids = [d.id for d in devices]
+    ring = 6 * (1e-3 + 20e3 / (4 * 1e9))
+    assert allreduce_time(20e3, ids, cluster) == pytest.approx(ring)
+    assert tree_allreduce_time(20e3, 4, 1e9, 1e-3) < ring
+    gpus = dataclasses.replace(
+        cluster, devices=tuple(dataclasses.replace(d, type=device_type("A100-80GB")) for d in devices)
+    )
+    assert allreduce_time(20e3, ids, gpus) == pytest.approx(tree_allreduce_time(20e3, 4, 1e9, 1e-3))
+    assert cluster.gloo(ids) and not gpus.gloo(ids)

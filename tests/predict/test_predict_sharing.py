@@ -11,7 +11,13 @@ from hetplan.cluster.spec import Cluster
 from hetplan.planspec import ModelRef, PipelinePlan, Plan, StagePlan
 from hetplan.planspec.trace import Span
 from hetplan.predict import predict
-from hetplan.predict.sharing import TIME_SLICE_TAX, busy_overlap, core_groups, shared_speeds
+from hetplan.predict.sharing import (
+    TIME_SLICE_TAX,
+    busy_overlap,
+    core_groups,
+    shared_speeds,
+    tp_ranks,
+)
 
 REF = ModelRef(name="syn")
 
@@ -55,6 +61,24 @@ def test_overlap_weighted_by_time() -> None:
            _op("c", "fwd", 0.0, 3.0), _op("a", "send", 2.0, 9.0)]  # fmt: skip
     k = busy_overlap(_Timeline(ops), ["a", "b"])  # type: ignore[arg-type]
     assert k == pytest.approx({"a": 1.5, "b": 1.5})
+
+
+def test_a_tensor_parallel_stage_computes_on_every_rank_of_its_group() -> None:
+    # The timeline puts a TP stage's spans on its first rank; both ranks of the group [a, b]
+    # compute them. Alone, a looks like it has the core to itself (k = 1) and b never computes.
+    plan = Plan(
+        model=REF, strategy="dp", global_batch=8, tp=2,
+        pipelines=[PipelinePlan(stages=[StagePlan(layers=["l0"], devices=["a", "b"])], batch=8)],
+    )  # fmt: skip
+    assert tp_ranks(plan) == {"a": ["a", "b"]}
+    ops = [_op("a", "fwd", 0.0, 2.0), _op("a", "bwd", 2.0, 6.0)]
+    timeline = _Timeline(ops)
+    assert busy_overlap(timeline, ["a", "b"]) == pytest.approx({"a": 1.0})  # type: ignore[arg-type]
+    k = busy_overlap(timeline, ["a", "b"], tp_ranks(plan))  # type: ignore[arg-type]
+    assert k == pytest.approx({"a": 2.0, "b": 2.0})
+    # two to a core of capacity 1: each gets half of it, less the time-slice tax
+    speeds = shared_speeds(timeline, [(["a", "b"], 1.0)], tp_ranks(plan))  # type: ignore[arg-type]
+    assert speeds == pytest.approx(dict.fromkeys("ab", 0.5 * (1 - TIME_SLICE_TAX)))
 
 
 def test_core_groups_count_members_in_the_plan_and_capacity_of_all() -> None:

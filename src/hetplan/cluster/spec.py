@@ -6,6 +6,7 @@ names) lives in :mod:`hetplan.cluster.config` and resolves into these.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hetplan.errors import InputError
@@ -131,6 +132,8 @@ class Cluster:
 
     _by_id: dict[str, Device] = field(init=False, repr=False, compare=False)
     _inter: dict[tuple[str, str], Link] = field(init=False, repr=False, compare=False)
+    has_cpu: bool = field(init=False, repr=False, compare=False)
+    """Whether any device is a CPU (:meth:`gloo` looks no further where none is)."""
 
     def __post_init__(self) -> None:
         # Precomputed lookups: the simulator calls device() and link() in hot loops.
@@ -140,6 +143,7 @@ class Cluster:
                 raise InputError(f"cluster {self.name!r}: duplicate device id {d.id!r}")
             by_id[d.id] = d
         object.__setattr__(self, "_by_id", by_id)
+        object.__setattr__(self, "has_cpu", any(d.type.is_cpu for d in self.devices))
         # Inter-node links are made on first use: all pairs would be O(nodes^2).
         object.__setattr__(self, "_inter", {})
 
@@ -198,6 +202,12 @@ class Cluster:
         if latency == link.latency_s and rate == link.bandwidth:
             return link
         return Link(kind=link.kind, bandwidth=rate, latency_s=latency)
+
+    def gloo(self, devices: Sequence[str]) -> bool:
+        """Whether a collective over ``devices`` runs on gloo: some of them are CPUs (the
+        runtime takes NCCL only where every rank has a GPU,
+        :func:`hetplan.run.launch.placement.job_backend`)."""
+        return self.has_cpu and any(self.device(d).type.is_cpu for d in devices)
 
     @property
     def collective_capped(self) -> bool:

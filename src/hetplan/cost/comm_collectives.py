@@ -232,7 +232,9 @@ def allreduce_time(
     - ``tree``: ``tree_allreduce_time`` on the slowest edge of the ring,
     - ``hierarchical``: ``hierarchical_allreduce_time`` with devices grouped by node,
     - ``auto``: hierarchical when the devices span several nodes, else the faster of ring
-      and tree (what NCCL's tuner does; gloo always rings: pass ``algorithm="ring"``).
+      and tree (what NCCL's tuner does); the ring where any of them is a CPU: the runtime
+      then runs gloo, whose ``allreduce`` rings over every rank in order (gloo/allreduce.cc,
+      its default algorithm), nodes or not (``Cluster.gloo``).
 
     Plus ``collective_overhead_s`` (default: ``cluster.collective_overhead_s``) once per call
     (negotiation, buffer allocation and copies; paper 003 Sec. 5.2 on MobileNetV2).
@@ -242,6 +244,8 @@ def allreduce_time(
         raise ValueError(f"unknown allreduce algorithm {algorithm!r}; expected one of {ALGORITHMS}")
     if len(devices) <= 1 or nbytes <= 0:
         return 0.0
+    if algorithm == "auto" and cluster.gloo(devices):
+        algorithm = "ring"
     overhead = (
         cluster.collective_overhead_s if collective_overhead_s is None else collective_overhead_s
     )

@@ -134,9 +134,9 @@ def dp_of(ctx: Context, sym: Symmetry, sel: Selection, *, equal: bool = False) -
     slots = [sym.classes[c].rep for c in used]
     cluster = ctx.pricing.cluster
     allreduce: Callable[[float], float]
-    if cluster.pair_links or cluster.collective_capped:
-        # Overrides break the node-level ring, and the classes keep the links uncapped:
-        # price the concrete ring.
+    if cluster.pair_links or cluster.collective_capped or cluster.has_cpu:
+        # Overrides break the node-level ring, the classes keep the links uncapped, and gloo
+        # (CPU ranks) rings where NCCL may take a tree: price the concrete ring.
         ring_ids = sym.devices(sel)
         allreduce = lambda nbytes: allreduce_time(nbytes, ring_ids, cluster)  # noqa: E731
     else:

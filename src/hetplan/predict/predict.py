@@ -27,7 +27,13 @@ from hetplan.predict.check import check_devices, stage_ranges
 from hetplan.predict.error_bars import Interval
 from hetplan.predict.plan_memory import infeasible_reasons, memory_warnings, plan_memory
 from hetplan.predict.price import price
-from hetplan.predict.sharing import SHARING_ROUNDS, core_groups, shared_speeds, with_speeds
+from hetplan.predict.sharing import (
+    SHARING_ROUNDS,
+    core_groups,
+    shared_speeds,
+    tp_ranks,
+    with_speeds,
+)
 from hetplan.schedule.builder import paused_gc
 from hetplan.schedule.plan_schedule import build_schedule
 from hetplan.simulate import Timeline, simulate
@@ -168,7 +174,7 @@ def predict(
         timeline = simulate(build_schedule(plan, priced))
         groups = core_groups(cluster, plan.devices)
         for _ in range(SHARING_ROUNDS if groups else 0):
-            shared = with_speeds(cluster, shared_speeds(timeline, groups))
+            shared = with_speeds(cluster, shared_speeds(timeline, groups, tp_ranks(plan)))
             priced = price(plan, graph, shared, compute, ranges)
             timeline = simulate(build_schedule(plan, priced))
     t_iter = timeline.iteration_time_s

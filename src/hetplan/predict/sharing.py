@@ -22,6 +22,7 @@ import dataclasses
 from collections import defaultdict
 
 from hetplan.cluster.spec import Cluster
+from hetplan.planspec import Plan
 from hetplan.planspec.trace import COMPUTE_KINDS
 from hetplan.simulate import Timeline
 
@@ -53,13 +54,30 @@ def core_groups(cluster: Cluster, devices: list[str]) -> list[tuple[list[str], f
     return out
 
 
-def busy_overlap(timeline: Timeline, members: list[str]) -> dict[str, float]:
+def tp_ranks(plan: Plan) -> dict[str, list[str]]:
+    """Per device that leads a tensor-parallel stage (the timeline's device for the stage's
+    spans), every rank of that stage: all of them compute each of its spans."""
+    return {
+        stage.devices[0]: list(stage.devices)
+        for pipe in plan.pipelines
+        for stage in pipe.stages
+        if len(stage.devices) > 1
+    }
+
+
+def busy_overlap(
+    timeline: Timeline, members: list[str], tp: dict[str, list[str]] | None = None
+) -> dict[str, float]:
     """Per member: the time-weighted number of members computing while it computes (>= 1);
-    members that never compute are left out."""
+    members that never compute are left out. ``tp``: :func:`tp_ranks` (a tensor-parallel
+    stage's ranks on one core time-slice it as data-parallel replicas would)."""
     events: list[tuple[float, int, str]] = []
     for op in timeline.spans():
-        if op.kind in COMPUTE_KINDS and op.device in members and op.end > op.start:
-            events += [(op.start, 1, op.device), (op.end, -1, op.device)]
+        if op.kind not in COMPUTE_KINDS or op.end <= op.start:
+            continue
+        for dev in (tp or {}).get(op.device, [op.device]):
+            if dev in members:
+                events += [(op.start, 1, dev), (op.end, -1, dev)]
     events.sort(key=lambda e: (e[0], e[1]))
     active: dict[str, int] = defaultdict(int)
     busy: dict[str, float] = defaultdict(float)
@@ -77,13 +95,17 @@ def busy_overlap(timeline: Timeline, members: list[str]) -> dict[str, float]:
     return {d: weighted[d] / busy[d] for d in busy if busy[d] > 0}
 
 
-def shared_speeds(timeline: Timeline, groups: list[tuple[list[str], float]]) -> dict[str, float]:
+def shared_speeds(
+    timeline: Timeline,
+    groups: list[tuple[list[str], float]],
+    tp: dict[str, list[str]] | None = None,
+) -> dict[str, float]:
     """Effective speed of every member that computes: ``capacity / k_avg``, less
     :data:`TIME_SLICE_TAX` in proportion to the time a core-mate computed beside it
-    (``k_avg - 1``, at most 1)."""
+    (``k_avg - 1``, at most 1); ``tp`` as :func:`busy_overlap` takes it."""
     out: dict[str, float] = {}
     for members, capacity in groups:
-        for dev, k in busy_overlap(timeline, members).items():
+        for dev, k in busy_overlap(timeline, members, tp).items():
             out[dev] = capacity / k * (1.0 - TIME_SLICE_TAX * min(1.0, k - 1.0))
     return out
 

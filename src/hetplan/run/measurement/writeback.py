@@ -156,13 +156,17 @@ def context(
     """The graph, compute model and stored profiles the prediction of ``plan`` used, and the
     effective speeds of devices sharing cores (from its ``timeline``, a simulated one)."""
     from hetplan.graph import build_graph  # noqa: PLC0415 (torch)
-    from hetplan.predict.sharing import core_groups, shared_speeds  # noqa: PLC0415
+    from hetplan.predict.sharing import core_groups, shared_speeds, tp_ranks  # noqa: PLC0415
     from hetplan.profile.select import compute_model  # noqa: PLC0415
     from hetplan.simulate import Timeline  # noqa: PLC0415
 
     graph = build_graph(plan.model)
     groups = core_groups(cluster, plan.devices)
-    speeds = shared_speeds(timeline, groups) if isinstance(timeline, Timeline) and groups else {}
+    speeds = (
+        shared_speeds(timeline, groups, tp_ranks(plan))
+        if isinstance(timeline, Timeline) and groups
+        else {}
+    )
     return WriteBackContext(
         plan=plan,
         cluster=cluster,
