@@ -64,15 +64,22 @@ def test_models_without_units_get_no_tp_candidate(model: str) -> None:
 
 def test_screening_estimate_of_tp_tracks_the_simulation() -> None:
     """The screening prices TP with the same model as predict: a single-stage TP plan's
-    estimate is its simulated time up to the screening's closed form (within 5%)."""
+    estimate is its simulated time up to the screening's closed form (within 5%), once the
+    simulation's time-slice tax is taken out. The screening prices ranks at their declared
+    speeds; predict takes ``TIME_SLICE_TAX`` off ranks whose core-mates compute beside them,
+    and on ``local-cpu-4on2`` both ranks of every TP pair share one core and compute together,
+    so the whole step is ``1 / (1 - TIME_SLICE_TAX)`` slower there."""
     pool = _screen("gpt-tiny", ("dp",))
     cluster = load_cluster(CLUSTER)
     graph = build_graph("gpt-tiny")
     from hetplan.predict import predict
+    from hetplan.predict.sharing import TIME_SLICE_TAX
 
-    for cand in (c for c in pool if c.plan.tp > 1):
-        pred = predict(cand.plan, graph, cluster, AnalyticalCompute())
-        assert cand.estimate.time_s == pytest.approx(pred.iteration_time_s, rel=0.05)
+    tp_plans = [c for c in pool if c.plan.tp > 1]
+    assert tp_plans
+    for cand in tp_plans:
+        pred = predict(cand.plan, graph, cluster, AnalyticalCompute()).iteration_time_s
+        assert cand.estimate.time_s == pytest.approx(pred * (1 - TIME_SLICE_TAX), rel=0.05)
 
 
 def test_competitive_tp_plans_are_ranked_when_runnable_only() -> None:
