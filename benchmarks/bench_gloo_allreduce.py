@@ -15,9 +15,6 @@ parallelism's gradient all-reduce is this call (DDP's buckets, 25 MiB each by de
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
-import socket
 import statistics
 import time
 from pathlib import Path
@@ -25,6 +22,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from gloo_ranks import init_rank, spawn, uncapped
 
 from hetplan.cluster import load_cluster
 from hetplan.cost.comm import allreduce_time
@@ -32,19 +30,9 @@ from hetplan.cost.comm import allreduce_time
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _rank(rank: int, world: int, port: int, cpus: list[list[int]], args: object) -> None:
     kb, reps, out = args  # type: ignore[misc]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    if cpus[rank]:
-        os.sched_setaffinity(0, set(cpus[rank]))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    init_rank(rank, world, port, cpus)
     for size in kb:
         buf = torch.ones(int(size * 1024) // 4)
         times = []
@@ -70,16 +58,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=10)
     args = ap.parse_args()
     cluster = load_cluster(Path(args.cluster))
-    pairs_only = dataclasses.replace(cluster, collective_step_s=None, collective_bandwidth=None)
+    pairs_only = uncapped(cluster)
     kb = [float(x) for x in args.kb.split(",")]
     ids = [d.id for d in cluster.devices]
     world = len(ids)
-    cpus = [list(d.cpus or ()) for d in cluster.devices]
     queue = mp.get_context("spawn").Queue()
-    mp.start_processes(
-        _rank, args=(world, _free_port(), cpus, (kb, args.reps, queue)), nprocs=world,
-        start_method="spawn",
-    )  # fmt: skip
+    spawn(cluster, _rank, (kb, args.reps, queue))
     print(f"{cluster.name}: {world} ranks, all-reduce, median (fastest) of {args.reps}")
     print("| KiB | measured ms | fastest ms | priced ms | pairs only ms |")
     print("|---|---|---|---|---|")

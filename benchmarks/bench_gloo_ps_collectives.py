@@ -21,9 +21,6 @@ its ``collective_step_latency_us``, and from the pairs alone (no cap).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import os
-import socket
 import statistics
 import time
 from pathlib import Path
@@ -31,18 +28,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from gloo_ranks import init_rank, spawn, uncapped
 
 from hetplan.cluster import Cluster, load_cluster
 from hetplan.cost.comm_gloo import gloo_broadcast_time, gloo_ps_phases, gloo_reduce_time
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("one", "seq", "async", "all_reduce")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _phase(bufs: list[torch.Tensor], mode: str) -> None:
@@ -68,11 +60,7 @@ def _phase(bufs: list[torch.Tensor], mode: str) -> None:
 
 def _rank(rank: int, world: int, port: int, cpus: list[list[int]], args: object) -> None:
     kb, reps, out = args  # type: ignore[misc]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    if cpus[rank]:
-        os.sched_setaffinity(0, set(cpus[rank]))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    init_rank(rank, world, port, cpus)
     for size in kb:
         bufs = [torch.ones(int(size * 1024) // 4) for _ in range(world)]
         times: dict[str, list[float]] = {m: [] for m in MODES}
@@ -101,15 +89,11 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     args = ap.parse_args()
     cluster = load_cluster(Path(args.cluster))
-    pairs_only = dataclasses.replace(cluster, collective_step_s=None, collective_bandwidth=None)
+    pairs_only = uncapped(cluster)
     kb = [float(x) for x in args.kb.split(",")]
     world = len(cluster.devices)
-    cpus = [list(d.cpus or ()) for d in cluster.devices]
     queue = mp.get_context("spawn").Queue()
-    mp.start_processes(
-        _rank, args=(world, _free_port(), cpus, (kb, args.reps, queue)), nprocs=world,
-        start_method="spawn",
-    )  # fmt: skip
+    spawn(cluster, _rank, (kb, args.reps, queue))
     print(f"{cluster.name}: {world} ranks, medians of {args.reps}; priced: cap / pairs only")
     print("| KiB per host | one ms | priced | pairs | seq ms | async ms | priced | pairs "
           "| seq/async | all-reduce ms |")  # fmt: skip
