@@ -89,7 +89,9 @@ def test_broadcasts_on_gloo_are_the_measured_ratio_of_an_all_reduce() -> None:
     cluster = dataclasses.replace(cluster, collective_overhead_s=0.0)
     devices = [d.id for d in cluster.devices]
     graph = build_graph(ModelRef(name="vgg11", dataset="cifar10"))
-    link: Link = cluster.link(devices[0], devices[1])
+    # a collective's step: the pair's link under the cluster's measured latency cap
+    link: Link = cluster.collective_link(cluster.link(devices[0], devices[1]))
+    assert link.latency_s < cluster.link(devices[0], devices[1]).latency_s  # the cap is seen
     total = graph.total_param_bytes
     all_reduce = 2 * (link.latency_s + total / (2 * link.bandwidth))  # 2 ranks: 2 steps
     got = broadcasts_s(devices, graph, cluster)

@@ -8,6 +8,7 @@ import pytest
 from hetplan.cluster.config import config_from_data, load_cluster, write_cluster_config
 from hetplan.cluster.resolve import resolve_config
 from hetplan.errors import InputError
+from hetplan.profile import links
 from hetplan.profile.link_config import apply_report, benchmark_links
 from hetplan.profile.links import (
     LinkBenchSettings,
@@ -229,3 +230,44 @@ def test_real_two_rank_gloo_benchmark() -> None:
     assert pair.latency_s >= 0 and pair.bandwidth > 0
     assert report.allreduce is not None and len(report.allreduce.times) == 3
     assert report.allreduce.overhead_s >= 0
+
+
+class _FakeRank:
+    """``torch.distributed`` for rank 0 of 2 on a fake clock: an all-reduce takes 1 ms, every
+    other call nothing."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.all_reduces = 0
+
+    def get_rank(self) -> int:
+        return 0
+
+    def get_world_size(self) -> int:
+        return 2
+
+    def all_reduce(self, _buf: Any) -> None:
+        self.all_reduces += 1
+        self.now += 1e-3
+
+    def barrier(self) -> None:
+        self.now += 5e-3  # the skew leaving a barrier: never inside a sample
+
+    def send(self, _buf: Any, _peer: int) -> None:
+        return None
+
+    def recv(self, _buf: Any, _peer: int) -> None:
+        return None
+
+
+def test_allreduce_samples_are_calls_back_to_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each sample times BACK_TO_BACK all-reduces issued one after another (a barrier only
+    before the first) and records the time per call."""
+    fake = _FakeRank()
+    monkeypatch.setattr(links, "dist", fake)
+    monkeypatch.setattr(links.time, "perf_counter", lambda: fake.now)
+    payload = {"sizes": [1024, 4096], "warmup": 1, "iters": 3, "allreduce": True}
+    out = links.link_bench_rank(type("Ctx", (), {"device": "cpu", "backend": "gloo"})(), payload)
+    assert fake.all_reduces == 2 * (1 + 3) * links.BACK_TO_BACK
+    for samples in out["allreduce"].values():
+        assert samples == pytest.approx([1e-3] * 3)

@@ -66,6 +66,19 @@ DTENSOR_STEP_S_PER_TENSOR = 160e-6  # seconds per parameter tensor per step, CPU
 # (0.5); gloo does not reach that here. Dimensionless.
 GLOO_ALL_GATHER_VS_ALL_REDUCE = 0.9
 GLOO_REDUCE_SCATTER_VS_ALL_REDUCE = 1.35
+# A small all-gather or reduce-scatter (no bytes to speak of) against gloo's all-reduce of the
+# same buffer, called back to back as a step calls them: 0.73-1.03 over 2-4 ranks (one or two
+# to a core), median 0.86 (``benchmarks/bench_fsdp_calls.py``, 3 runs per cluster file,
+# 2026-11-29). Not the ring's half: a gloo call costs about the same however many steps its
+# algorithm has. Dimensionless.
+GLOO_SHARD_CALL_VS_ALL_REDUCE = 0.86
+# What FSDP2 adds to each collective call on a CPU rank with a core to itself (its hooks, the
+# copies in and out of tiny buffers, DTensor bookkeeping), beyond the bare collective: 0.18,
+# 0.35, 0.36, 0.32 ms in 4 runs on 2 ranks one per core, median 0.34
+# (``benchmarks/bench_fsdp_calls.py``, 16 groups of 32x32 linear layers, 2026-11-29). Divided
+# by the rank's speed on a shared core (measured there: 0.8-1.8 ms, which that leaves 30-60%
+# short). Seconds per call.
+FSDP2_CALL_HOST_S = 0.34e-3
 
 
 def optimizer_host_s(layers: Sequence[LayerInfo], on_cpu: bool) -> float:
@@ -91,9 +104,9 @@ def collective_times(
     the ring of ``devices`` (the shard group, in plan order): the fp32 weights of a
     mixed-precision graph are gathered (FSDP2 without a mixed-precision policy), its fp32
     gradients scattered; each call pays the cluster's per-collective overhead, as an
-    all-reduce does. On CPU ranks (gloo) each moves its measured ratio of an all-reduce's
-    bytes, plus FSDP2's copy of the buffer on the slowest rank's core
-    (:func:`gloo_collective_s`)."""
+    all-reduce does. On CPU ranks (gloo) each costs its measured share of an all-reduce's
+    fixed cost and bytes, plus FSDP2's copy of the buffer and its hooks
+    (:data:`FSDP2_CALL_HOST_S`) on the slowest rank's core (:func:`gloo_collective_s`)."""
     links = ring_links(list(devices), cluster)
     n = len(devices)
     on_cpu = all(cluster.device(d).type.is_cpu for d in devices)
@@ -103,6 +116,7 @@ def collective_times(
     for layer in graph.layers if layers is None else layers:
         whole = group_gathered_bytes(layer_tensors(layer), n)
         call = cluster.collective_overhead_s if whole > 0 else 0.0  # once per call, §3.5
+        call += FSDP2_CALL_HOST_S / speed if on_cpu and whole > 0 else 0.0  # FSDP2's hooks
         if on_cpu:
             gather = gloo_collective_s(whole * w, links, GLOO_ALL_GATHER_VS_ALL_REDUCE, speed)
             scatter = gloo_collective_s(whole * g, links, GLOO_REDUCE_SCATTER_VS_ALL_REDUCE, speed)
@@ -115,14 +129,23 @@ def collective_times(
 
 
 def gloo_collective_s(whole: float, links: Sequence[Link], ratio: float, speed: float) -> float:
-    """An all-gather or reduce-scatter of a ``whole``-byte buffer over CPU ranks: a ring
-    phase's ``W - 1`` message latencies, its bytes ``2 x ratio`` a phase's (``ratio`` x an
+    """An all-gather or reduce-scatter of a ``whole``-byte buffer over CPU ranks: the call's
+    fixed cost (:func:`gloo_call_s`), its bytes ``2 x ratio`` a ring phase's (``ratio`` x an
     all-reduce's, as measured where the bytes dominate), and FSDP2's copy of the whole buffer
     (the gathered buffer out into the parameters, the gradients into the reduce-scatter's
     input) at :data:`hetplan.cost.ps_cpu.COPY_BANDWIDTH` on a core of ``speed``."""
     if whole <= 0:
         return 0.0
-    return ring_phase_time_links(2.0 * ratio * whole, links) + copy_s(whole) / speed
+    bare = [replace(link, latency_s=0.0) for link in links]
+    moved = ring_phase_time_links(2.0 * ratio * whole, bare)
+    return moved + gloo_call_s(links) + copy_s(whole) / speed
+
+
+def gloo_call_s(links: Sequence[Link]) -> float:
+    """The fixed cost of one gloo all-gather or reduce-scatter over the ring ``links``:
+    :data:`GLOO_SHARD_CALL_VS_ALL_REDUCE` of an all-reduce's ``2 (W - 1)`` step latencies."""
+    latency = max((link.latency_s for link in links), default=0.0)
+    return GLOO_SHARD_CALL_VS_ALL_REDUCE * 2 * (len(links) - 1) * latency
 
 
 def pass_times(

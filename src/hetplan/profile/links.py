@@ -6,7 +6,8 @@ the other ranks wait at a barrier, so a pair has its link to itself. One-way tim
 round trip. The figures are fitted by least squares:
 
 - a pair: ``t(S) = L + S / B`` (latency ``L``, bandwidth ``B``);
-- allreduce on ``W`` ranks: ``T(S) = a + k S``; the fixed per-collective overhead is what the
+- allreduce on ``W`` ranks, :data:`BACK_TO_BACK` calls timed per sample: ``T(S) = a + k S``;
+  the fixed per-collective overhead is what the
   intercept leaves after the ring's latency terms, ``a - 2 (W-1) max L`` over the ring's edges
   (the ring model of :mod:`hetplan.cost.comm_collectives`). Where the intercept is *below*
   those terms, the pairs overstate a collective's step (CPU ranks sharing a core: a
@@ -21,7 +22,7 @@ round trip. The figures are fitted by least squares:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, Literal
@@ -39,6 +40,12 @@ from hetplan.profile.fit import LinearFit, Stats, fit_linear, summarize
 # loopback, docs/benchmarks.md); overridable with --sizes.
 DEFAULT_SIZES = (2**10, 2**14, 2**18, 2**22, 2**25)
 ELEMENT_BYTES = 4  # float32 elements carry the messages
+BACK_TO_BACK = 4
+"""All-reduces timed together per sample, issued one after another as a training step issues
+its collectives: a barrier before each single call adds the ranks' skew leaving it (gloo on
+this 2-core machine: one-call samples of a 1 KiB all-reduce over two cores were bimodal,
+0.23 ms p10 and 2.5-3.4 ms median, 2026-11-29; back to back 1.69-1.75 ms a call,
+``benchmarks/bench_fsdp_calls.py``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -264,15 +271,24 @@ def link_bench_rank(ctx: Any, payload: dict[str, Any]) -> dict[str, Any]:
     if payload["allreduce"] and world > 1:
         for size in sizes:
             buf = torch.ones(size // ELEMENT_BYTES, dtype=torch.float32, device=device)
-            samples = []
-            for i in range(warmup + iters):
-                dist.barrier()
-                sync()
-                t0 = time.perf_counter()
-                dist.all_reduce(buf)
-                sync()
-                if i >= warmup:
-                    samples.append(time.perf_counter() - t0)
-            allreduce[str(size)] = samples
+            allreduce[str(size)] = _allreduce_samples(buf, warmup, iters, sync)
     dist.barrier()
     return {"rank": rank, "backend": ctx.backend, "p2p": p2p, "allreduce": allreduce}
+
+
+def _allreduce_samples(
+    buf: torch.Tensor, warmup: int, iters: int, sync: Callable[[], None]
+) -> list[float]:
+    """Seconds per all-reduce of ``buf``, each sample :data:`BACK_TO_BACK` calls after a
+    barrier."""
+    samples = []
+    for i in range(warmup + iters):
+        dist.barrier()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(BACK_TO_BACK):
+            dist.all_reduce(buf)
+        sync()
+        if i >= warmup:
+            samples.append((time.perf_counter() - t0) / BACK_TO_BACK)
+    return samples
