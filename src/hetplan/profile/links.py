@@ -7,9 +7,9 @@ round trip. The figures are fitted by least squares:
 
 - a pair: ``t(S) = L + S / B`` (latency ``L``, bandwidth ``B``);
 - allreduce on ``W`` ranks, :data:`BACK_TO_BACK` calls timed per sample: ``T(S) = a + k S``;
-  the fixed per-collective overhead is what the
-  intercept leaves after the ring's latency terms, ``a - 2 (W-1) max L`` over the ring's edges
-  (the ring model of :mod:`hetplan.cost.comm_collectives`). Where the intercept is *below*
+  the fixed per-collective overhead is what the intercept leaves after the ring's latency
+  terms, ``a - 2 (W-1) max L`` over the ring's edges (the ring model of
+  :mod:`hetplan.cost.comm_collectives`). Where the intercept is *below*
   those terms, the pairs overstate a collective's step (CPU ranks sharing a core: a
   ping-pong waits for the partner's time slice, a ring's ranks all wait on their next step at
   once), and ``a / (2 (W-1))`` becomes the cluster's ``collective_step_latency_us``. Where the
