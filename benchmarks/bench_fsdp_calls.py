@@ -14,33 +14,18 @@ Per rank the median of ``--steps`` steps after warm-up; printed: the slowest ran
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from gloo_ranks import init_rank, spawn
+from gloo_ranks import init_rank, median_step, report_and_leave, spawn
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from hetplan.cluster import load_cluster
-
-WARMUP = 3
-
-
-def _median_step(step: Any, steps: int) -> float:
-    times = []
-    for i in range(WARMUP + steps):
-        dist.barrier()
-        start = time.perf_counter()
-        step()
-        if i >= WARMUP:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _model(groups: int, width: int) -> nn.Sequential:
@@ -73,16 +58,12 @@ def _rank(rank: int, world: int, port: int, cpus: list[list[int]], payload: Any)
             dist.all_reduce(whole)
 
     result = {
-        "plain": _median_step(lambda: plain(x).sum().backward(), steps),
-        "fsdp": _median_step(lambda: sharded(x).sum().backward(), steps),
-        "bare": _median_step(collectives, steps),
-        "all_reduce": _median_step(all_reduces, steps),
+        "plain": median_step(lambda: plain(x).sum().backward(), steps),
+        "fsdp": median_step(lambda: sharded(x).sum().backward(), steps),
+        "bare": median_step(collectives, steps),
+        "all_reduce": median_step(all_reduces, steps),
     }
-    gathered: list[dict[str, float]] = [{} for _ in range(world)]
-    dist.all_gather_object(gathered, result)
-    if rank == 0:
-        out.put(gathered)
-    dist.destroy_process_group()
+    report_and_leave(result, out)
 
 
 def main() -> None:

@@ -14,14 +14,12 @@ pair; ``0,1``: a core each), one thread each; the slowest rank's median of ``--s
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 import warnings
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from gloo_ranks import free_port, init_rank
+from gloo_ranks import free_port, init_rank, median_step, report_and_leave
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import (
@@ -29,8 +27,6 @@ from torch.distributed.tensor.parallel import (
     RowwiseParallel,
     parallelize_module,
 )
-
-WARMUP = 3
 
 
 class _AllReduce(torch.autograd.Function):
@@ -77,17 +73,6 @@ class _Mlp(nn.Module):
         return _AllReduce.apply(y) if self.by_hand else y
 
 
-def _median_step(model: nn.Module, x: torch.Tensor, steps: int) -> float:
-    times = []
-    for i in range(WARMUP + steps):
-        dist.barrier()
-        start = time.perf_counter()
-        model(x).sum().backward()
-        if i >= WARMUP:
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _rank(rank: int, world: int, port: int, cpus: list[list[int]], payload: Any) -> None:
     warnings.filterwarnings("ignore")
     init_rank(rank, world, port, cpus)
@@ -99,12 +84,11 @@ def _rank(rank: int, world: int, port: int, cpus: list[list[int]], payload: Any)
     for unit in tp:
         parallelize_module(unit, mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
     by_hand = nn.Sequential(*[_Mlp(width, 4 * width // world, by_hand=True) for _ in range(units)])
-    result = {"tp": _median_step(tp, x, steps), "by_hand": _median_step(by_hand, x, steps)}
-    gathered: list[dict[str, float]] = [{} for _ in range(world)]
-    dist.all_gather_object(gathered, result)
-    if rank == 0:
-        out.put(gathered)
-    dist.destroy_process_group()
+    result = {
+        name: median_step(lambda m=model: m(x).sum().backward(), steps)
+        for name, model in (("tp", tp), ("by_hand", by_hand))
+    }
+    report_and_leave(result, out)
 
 
 def main() -> None:

@@ -1,11 +1,14 @@
 """Pinned gloo ranks on this machine, as a cluster file places them: the shared set-up of
-``bench_gloo_allreduce.py`` and ``bench_gloo_ps_collectives.py``."""
+``bench_gloo_allreduce.py``, ``bench_gloo_ps_collectives.py``, ``bench_fsdp_calls.py``,
+``bench_tp_dispatch.py`` and ``bench_allreduce_between_compute.py``."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 import socket
+import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,3 +46,26 @@ def spawn(cluster: Cluster, rank_fn: Callable[..., None], payload: Any) -> None:
 def uncapped(cluster: Cluster) -> Cluster:
     """``cluster`` priced from its pair links alone (no measured collective caps)."""
     return dataclasses.replace(cluster, collective_step_s=None, collective_bandwidth=None)
+
+
+def median_step(step: Callable[[], object], steps: int, warmup: int = 3) -> float:
+    """Median seconds of ``step`` over ``steps`` calls after ``warmup``, all ranks starting each
+    call together (a barrier before it)."""
+    times = []
+    for i in range(warmup + steps):
+        dist.barrier()
+        start = time.perf_counter()
+        step()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def report_and_leave(result: dict[str, float], out: Any) -> None:
+    """Every rank's ``result``, as a list by rank, onto ``out`` (a queue) from rank 0; then
+    leave the group."""
+    gathered: list[dict[str, float]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(gathered, result)
+    if dist.get_rank() == 0:
+        out.put(gathered)
+    dist.destroy_process_group()
