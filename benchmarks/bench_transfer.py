@@ -29,13 +29,17 @@ from hetplan.cluster.resolve import resolve_config
 from hetplan.cluster.spec import Cluster
 from hetplan.cost.calibration import STREAM
 from hetplan.cost.compute import AnalyticalCompute
-from hetplan.cost.types import ComputeModel
+from hetplan.cost.learned_compute import LearnedCompute
+from hetplan.cost.types import ComputeModel, LayerCost
 from hetplan.graph import build_graph
+from hetplan.graph.types import ModelGraph
 from hetplan.planspec import ModelRef, Plan
 from hetplan.predict import predict
 from hetplan.profile.calib_store import load_calibrations
+from hetplan.profile.learn import StoreFits
+from hetplan.profile.measured import MeasuredCompute
 from hetplan.profile.select import compute_model
-from hetplan.profile.store import load_profile
+from hetplan.profile.store import load_profile, load_profiles
 from hetplan.profile.types import Profile
 from hetplan.serde import from_data
 
@@ -51,6 +55,22 @@ def as_before(store: Path, dtype: str) -> AnalyticalCompute:
     return AnalyticalCompute(dtype, calibrations=cals)
 
 
+class AsProfiled:
+    """The store's learned fit of the H100, pricing layers as ``hetplan profile`` timed them
+    (its hooks' cost included: :mod:`hetplan.cost.learned`), to compare with profiles."""
+
+    def __init__(self, store: Path, dtype: str) -> None:
+        analytical = AnalyticalCompute(dtype, calibrations=load_calibrations(store))
+        self.learned = LearnedCompute(
+            analytical, StoreFits(load_profiles(store), analytical, store)
+        )
+
+    def layer_costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
+        fit = self.learned.fits.fit(device.type.name)
+        assert fit is not None, "the other five models' profiles make a fit"
+        return self.learned.learned(graph, device, batch, fit, hooked=True)
+
+
 def leave_out_store(truth: Path, model: str) -> Path:
     """A store with the calibrations and every profile except ``model``'s."""
     store = Path(tempfile.mkdtemp(prefix="hetplan-loo-"))
@@ -61,7 +81,9 @@ def leave_out_store(truth: Path, model: str) -> Path:
     return store
 
 
-def layer_errors(prof: Profile, compute: ComputeModel) -> tuple[list[float], list[str]]:
+def layer_errors(
+    prof: Profile, compute: AsProfiled | ComputeModel
+) -> tuple[list[float], list[str]]:
     """|error| of every significant layer pass, and the whole model per batch size."""
     graph = build_graph(ModelRef(name=prof.model, dataset=prof.dataset, dtype=prof.dtype))
     dev = Device(id="g.0", type=device_type(prof.device_type), node="g", index=0)
@@ -87,14 +109,32 @@ def one_h100() -> Cluster:
     return resolve_config(config_from_data(data, "h100-1"), "h100-1")
 
 
+class HooksIn:
+    """``HookCosts`` that take nothing out: profiles priced as main did before."""
+
+    def hook_s(self, device_type: str) -> tuple[float, float]:
+        return (0.0, 0.0)
+
+
+def own_profile(store: Path, dtype: str, hooks_out: bool) -> ComputeModel:
+    """``store``'s profiles, the model's own included: it prices itself (``hooks_out``: its
+    windows less the hooks, as ``predict`` does; else as main did before)."""
+    if hooks_out:
+        return compute_model(dtype, directory=store)
+    return MeasuredCompute(load_profiles(store), hooks=HooksIn())
+
+
 def step_error(truth: Path, run: Path) -> str:
     data = json.loads(run.read_text())
     plan = from_data(Plan, data["plan"], str(run))
     graph = build_graph(plan.model)
     store = leave_out_store(truth, plan.model.name)
+    every = leave_out_store(truth, "")
     cluster = one_h100()
     rows = []
     computes: tuple[tuple[str, ComputeModel], ...] = (
+        ("own profile, less its hooks", own_profile(every, graph.dtype, True)),
+        ("own profile, hooks in (before)", own_profile(every, graph.dtype, False)),
         ("learned", compute_model(graph.dtype, directory=store)),
         (
             "calibrated on stream",
@@ -107,6 +147,7 @@ def step_error(truth: Path, run: Path) -> str:
         err = pred.iteration_time_s / data["measured_iteration_s"] - 1
         rows.append(f"{pred.iteration_time_s * 1e3:.1f} ms ({err:+.1%})")
     shutil.rmtree(store)
+    shutil.rmtree(every)
     return (
         f"| {run.stem} | {data['measured_iteration_s'] * 1e3:.1f} ms | " + " | ".join(rows) + " |"
     )
@@ -122,7 +163,7 @@ def main(truth: Path) -> None:
         store = leave_out_store(truth, prof.model)
         cells = [f"{prof.model} {prof.dtype}"]
         for label, compute in (
-            ("learned", compute_model(prof.dtype, directory=store)),
+            ("learned", AsProfiled(store, prof.dtype)),
             ("calibrated", as_before(store, prof.dtype)),
         ):
             errors, whole = layer_errors(prof, compute)
@@ -132,8 +173,9 @@ def main(truth: Path) -> None:
         print("| " + " | ".join(cells) + " |")
     for label, errors in every.items():
         print(f"\nall layers, {label}: median / p90 / max {stats(errors)} ({len(errors)} passes)")
-    print("\n| train run | measured | learned | calibrated on stream | calibrated per call "
-          "(before) |\n|---|---|---|---|---|")  # fmt: skip
+    print("\n| train run | measured | own profile, less its hooks | own profile, hooks in "
+          "(before) | learned | calibrated on stream | calibrated per call (before) |\n"
+          "|---|---|---|---|---|---|---|")  # fmt: skip
     for run in sorted((truth / "h100" / "train").glob("*.json")):
         print(step_error(truth, run))
 

@@ -5,17 +5,28 @@ from probes of one operation; real layers differ (fused kernels, cuDNN's choices
 issuing kernels). Per-layer profiles of *other* models on the same device type and dtype
 correct it, class by class and pass by pass::
 
-    t(layer) = || ( sum_c s_c T_c (T_c / T_ref) ** k_c,  h_layer + h_kernel K(layer) ) ||_p
+    t(layer) = || ( sum_c s_c T_c (T_c / T_ref) ** k_c,  h_kernel K(layer) ) ||_p
 
 ``T_c`` is the calibrated (or catalog) time of the layer's class-``c`` kernels on a stream
 (:func:`hetplan.cost.calibration.on_stream`), ``s_c`` the learned scale of that class in that
 pass, ``k_c`` its learned slope (how much faster or slower than the probes' curve the class
 grows with its size, :data:`SLOPE_PRIOR`), and the second term is the host: what issuing the
-layer's ``K`` kernels takes (framework dispatch and launch, plus a fixed cost per layer call),
-which a GPU cannot beat however fast its kernels are. The two overlap (the host issues ahead
-while the device runs), hence a bound of both, not their sum: the p-norm (:data:`OVERLAP_P`),
-which is the larger of the two where one dominates and a little more where they are close (the
-queue then runs dry now and then). Unlike a hard max it gives the fit a gradient on both sides.
+layer's ``K`` kernels takes (framework dispatch and launch), which a GPU cannot beat however
+fast its kernels are. The two overlap (the host issues ahead while the device runs), hence a
+bound of both, not their sum: the p-norm (:data:`OVERLAP_P`), which is the larger of the two
+where one dominates and a little more where they are close (the queue then runs dry now and
+then). Unlike a hard max it gives the fit a gradient on both sides.
+
+A profile's layer window holds more than the layer: ``hetplan profile``'s hooks read the
+allocator's statistics and record events at every window's edge, and in backward those reads
+fall inside the windows (a tensor hook closes one window and opens the next; forward hooks
+read before and after theirs). Whenever the queue has drained, the device waits through them.
+So a profiled window is ``h_hook + t(layer)``, with ``h_hook`` fitted per pass; a training
+step, which has no hooks, is priced at ``t(layer)`` alone (:meth:`ClassFit.seconds`). On the
+H100 profiles in ``shared/gpu-truth`` the fit gives ``h_hook`` about 50 us forward and 460 us
+backward: the backward of a pooling layer, almost no work, was measured at 400-600 us there,
+and those profiles' whole steps ran 11-25% longer than the same steps under ``hetplan train``.
+
 The fit minimises robust (soft-L1) relative errors in log space over every measured layer and
 batch size; a weak prior holds the scales of classes the models barely use at 1
 (:data:`SCALE_PRIOR`) and the slopes at 0. This module is torch-free: scipy does the fit.
@@ -41,8 +52,8 @@ leave-one-out benchmark (``benchmarks/bench_transfer.py``): 0.3 and 1.0 differ b
 ROBUST_LOG_ERROR = 0.2
 """Log-error (about 20%) past which a layer's residual counts linearly (soft-L1): a layer
 whose profile caught a hook or a stall does not drag the fit."""
-START_LAYER_S = 1e-4
-"""Seconds: starting host cost per layer call (fitted; the H100 profiles give 15-110 us)."""
+START_HOOK_S = 1e-4
+"""Seconds: starting cost of the profiler's hooks per layer window (fitted; module doc)."""
 START_KERNEL_S = 2e-5
 """Seconds: starting host cost per kernel (fitted; the H100 profiles give 26-96 us)."""
 OVERLAP_P = 6.0
@@ -72,6 +83,8 @@ class LayerSample:
     """Seconds of each class of :data:`OP_CLASSES` as calibrated (``T_c``)."""
     kernels: int
     measured_s: float
+    hooked: bool = True
+    """Timed between ``hetplan profile``'s hooks (False: a write-back's or import's time)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,8 +95,9 @@ class ClassFit:
     dtype: str
     scales: tuple[tuple[float, ...], tuple[float, ...]]
     """Per pass (forward, backward), each class's factor on its calibrated time."""
-    layer_s: tuple[float, float]
-    """Host seconds per layer call, per pass."""
+    hook_s: tuple[float, float]
+    """Per pass, seconds the profiler's hooks add to each layer window (module doc): part of
+    a profiled layer's time, not of a training step's."""
     kernel_s: tuple[float, float]
     """Host seconds per kernel issued, per pass."""
     models: tuple[str, ...]
@@ -103,12 +117,16 @@ class ClassFit:
         p = int(backward)
         terms = zip(self.scales[p], self.slopes[p], class_s, strict=True)
         device = sum(s * _powered(t, b) for s, b, t in terms)
-        return device, self.layer_s[p] + self.kernel_s[p] * kernels
+        return device, self.kernel_s[p] * kernels
 
-    def seconds(self, class_s: Sequence[float], kernels: int, backward: bool) -> float:
-        """One pass of a layer: the bound of its device and host times (module doc)."""
+    def seconds(
+        self, class_s: Sequence[float], kernels: int, backward: bool, *, hooked: bool = False
+    ) -> float:
+        """One pass of a layer in a training step: the bound of its device and host times;
+        ``hooked``: as ``hetplan profile`` times it, its hooks' cost added (module doc)."""
         device, host = self.terms(class_s, kernels, backward)
-        return float((device**OVERLAP_P + host**OVERLAP_P) ** (1.0 / OVERLAP_P))
+        bound = float((device**OVERLAP_P + host**OVERLAP_P) ** (1.0 / OVERLAP_P))
+        return bound + (self.hook_s[int(backward)] if hooked else 0.0)
 
     def host_bound(self, class_s: Sequence[float], kernels: int, backward: bool) -> bool:
         """Whether the host, not the device, sets this pass's time."""
@@ -135,15 +153,19 @@ def _unpack(theta: FloatArray) -> tuple[FloatArray, FloatArray, FloatArray, Floa
 
 
 def _predict(
-    theta: FloatArray, feats: FloatArray, kernels: FloatArray, p: npt.NDArray[np.int_]
+    theta: FloatArray,
+    feats: FloatArray,
+    kernels: FloatArray,
+    p: npt.NDArray[np.int_],
+    hooked: FloatArray,
 ) -> FloatArray:
-    scales, layer_s, kernel_s, slopes = _unpack(theta)
+    scales, hook_s, kernel_s, slopes = _unpack(theta)
     safe = np.where(feats > 0, feats, REFERENCE_S)
     powered = np.where(feats > 0, feats * (safe / REFERENCE_S) ** slopes[p], 0.0)
     device = (powered * scales[p]).sum(axis=1)
-    host = layer_s[p] + kernel_s[p] * kernels
+    host = kernel_s[p] * kernels
     out: FloatArray = (device**OVERLAP_P + host**OVERLAP_P) ** (1.0 / OVERLAP_P)
-    return out
+    return out + hooked * hook_s[p]
 
 
 def fit_classes(samples: Sequence[LayerSample], device_type: str, dtype: str) -> ClassFit:
@@ -158,24 +180,25 @@ def fit_classes(samples: Sequence[LayerSample], device_type: str, dtype: str) ->
     feats = np.array([s.class_s for s in good], dtype=np.float64)
     kernels = np.array([s.kernels for s in good], dtype=np.float64)
     p = np.array([int(s.backward) for s in good])
+    hooked = np.array([float(s.hooked) for s in good])
     log_measured = np.log([s.measured_s for s in good])
-    host = [np.log([START_LAYER_S] * 2), np.log([START_KERNEL_S] * 2)]
+    host = [np.log([START_HOOK_S] * 2), np.log([START_KERNEL_S] * 2)]
     start = np.concatenate([np.zeros(2 * _N), *host, np.zeros(2 * _N)])
 
     def residuals(theta: FloatArray) -> FloatArray:
-        err = np.log(_predict(theta, feats, kernels, p)) - log_measured
+        err = np.log(_predict(theta, feats, kernels, p, hooked)) - log_measured
         priors = [SCALE_PRIOR * theta[: 2 * _N], SLOPE_PRIOR * theta[2 * _N + 4 :]]
         return np.concatenate([err, *priors])
 
     sol = least_squares(residuals, start, loss="soft_l1", f_scale=ROBUST_LOG_ERROR)
     theta = np.asarray(sol.x, dtype=np.float64)
-    scales, layer_s, kernel_s, slopes = _unpack(theta)
-    errors = np.abs(_predict(theta, feats, kernels, p) / np.exp(log_measured) - 1.0)
+    scales, hook_s, kernel_s, slopes = _unpack(theta)
+    errors = np.abs(_predict(theta, feats, kernels, p, hooked) / np.exp(log_measured) - 1.0)
     return ClassFit(
         device_type=device_type,
         dtype=dtype,
         scales=(tuple(map(float, scales[0])), tuple(map(float, scales[1]))),
-        layer_s=(float(layer_s[0]), float(layer_s[1])),
+        hook_s=(float(hook_s[0]), float(hook_s[1])),
         kernel_s=(float(kernel_s[0]), float(kernel_s[1])),
         models=models,
         slopes=(tuple(map(float, slopes[0])), tuple(map(float, slopes[1]))),

@@ -87,10 +87,23 @@ class LearnedCompute:
             return self.analytical.layer_costs(graph, device, batch)
         return self._scaled(graph, device, batch, ref)
 
+    def hook_s(self, device_type: str) -> tuple[float, float] | None:
+        """Per pass (forward, backward), what ``hetplan profile``'s hooks add to each layer
+        window on ``device_type`` (:mod:`hetplan.cost.learned`); None without a fit of it."""
+        fit = self.fits.fit(device_type)
+        return None if fit is None else fit.hook_s
+
     def learned(
-        self, graph: ModelGraph, device: Device, batch: float, fit: ClassFit
+        self,
+        graph: ModelGraph,
+        device: Device,
+        batch: float,
+        fit: ClassFit,
+        *,
+        hooked: bool = False,
     ) -> list[LayerCost]:
-        """Every layer through ``fit`` on ``device``'s own calibrated class times."""
+        """Every layer through ``fit`` on ``device``'s own calibrated class times, as a training
+        step runs it (``hooked``: as ``hetplan profile`` times it, hooks and all)."""
         rates = self.analytical.class_rates(device)
         scale = self.analytical.time_scale(device)
         label = fit.label
@@ -104,7 +117,12 @@ class LearnedCompute:
             cost = memo.get(key)
             if cost is None:
                 fwd, bwd = (
-                    fit.seconds(class_vector(layer, b, batch, rates), pass_kernels(layer, b), b)
+                    fit.seconds(
+                        class_vector(layer, b, batch, rates),
+                        pass_kernels(layer, b),
+                        b,
+                        hooked=hooked,
+                    )
                     * scale
                     for b in (False, True)
                 )

@@ -24,6 +24,7 @@ from hetplan.cost.learned import MIN_MODELS, ClassFit, LayerSample, fit_classes
 from hetplan.cost.learned_compute import class_vector, pass_kernels
 from hetplan.errors import InputError
 from hetplan.planspec import ModelRef
+from hetplan.profile.provenance import PROFILED, source_of
 from hetplan.profile.store import _safe, profile_dir
 from hetplan.profile.types import Profile
 from hetplan.serde import from_data, to_data, write_json_atomic
@@ -64,6 +65,7 @@ def layer_samples(profile: Profile, analytical: AnalyticalCompute) -> list[Layer
         raise InputError(f"profile of {profile.model}: its layers are not the model's")
     device = Device(id="learn.0", type=device_type(profile.device_type), node="learn", index=0)
     rates = analytical.class_rates(device)
+    hooked = source_of(profile) == PROFILED
     out = []
     for batch in profile.batches:
         for layer, timing in zip(graph.layers, batch.layers, strict=True):
@@ -75,13 +77,15 @@ def layer_samples(profile: Profile, analytical: AnalyticalCompute) -> list[Layer
                         class_s=tuple(class_vector(layer, backward, batch.batch, rates)),
                         kernels=pass_kernels(layer, backward),
                         measured_s=stats.median_s,
+                        hooked=hooked,
                     )
                 )
     return out
 
 
-FIT_FORMAT = 2
-"""The cached fits' form (2: with per-class slopes); a cache of another form is refitted."""
+FIT_FORMAT = 3
+"""The cached fits' form (2: with per-class slopes; 3: the profiler's hooks apart from the
+host's issue cost); a cache of another form is refitted."""
 
 
 def _sources(profiles: list[Profile]) -> list[str]:

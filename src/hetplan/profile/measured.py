@@ -42,6 +42,7 @@ from hetplan.cost.threads import (
 from hetplan.cost.types import ComputeModel, LayerCost
 from hetplan.errors import InputError
 from hetplan.graph.types import ModelGraph
+from hetplan.profile.hook_cost import HookCosts, net_of_hooks, profile_hooks
 from hetplan.profile.provenance import WRITTEN_BACK, is_deliberate, source_of
 from hetplan.profile.types import Profile
 
@@ -129,13 +130,17 @@ class MeasuredCompute:
         fallback: ComputeModel | None = None,
         types: Mapping[str, DeviceType] | None = None,
         include_loss: bool = True,
+        hooks: HookCosts | None = None,
     ) -> None:
         """``fallback``: the model for unmeasured types and for the scaling ratios (default:
         :class:`AnalyticalCompute` in the graph's dtype). ``types`` resolves the device types
         profiles were taken on (for scaling); names it lacks are looked up in the catalog.
         ``include_loss`` bills the measured loss to the last layer, as the graph does for its
-        analytical figures (the last pipeline stage computes the loss)."""
+        analytical figures (the last pipeline stage computes the loss). ``hooks``: what the
+        profiler's hooks cost per window on a GPU type (:mod:`hetplan.profile.hook_cost`),
+        taken out of GPU profiles' windows."""
         self.profiles = list(profiles)
+        self.hooks = hooks
         self._fallback = fallback
         self._analytical: dict[str, AnalyticalCompute] = {}
         self.types = dict(types or {})
@@ -165,7 +170,13 @@ class MeasuredCompute:
         own = best_profiles(self.profiles, graph, tp, batch).get(device.type.name)
         if own is None:
             return None
-        return _measured_costs(own, graph, batch, 1.0 / device.speed, self.include_loss)
+        return self._measured(own, graph, batch, 1.0 / device.speed)
+
+    def _measured(
+        self, profile: Profile, graph: ModelGraph, batch: float, scale: float, note: str = ""
+    ) -> list[LayerCost]:
+        hooks = profile_hooks(profile, self.hooks)
+        return _measured_costs(profile, graph, batch, scale, self.include_loss, note, hooks)
 
     def layer_costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
         """Measured, scaled or fallback cost of every layer (each says its source)."""
@@ -203,7 +214,7 @@ class MeasuredCompute:
         hit = self.own_profile(graph, device, batch)
         if hit is not None:
             own, scale, note = hit
-            return _measured_costs(own, graph, batch, scale / device.speed, self.include_loss, note)
+            return self._measured(own, graph, batch, scale / device.speed, note)
         measured = self._matching(graph, batch)
         refs = [
             (p, t) for name, p in sorted(measured.items()) if (t := self._type(name)) is not None
@@ -228,7 +239,7 @@ class MeasuredCompute:
             ref = fallback.layer_costs(graph, ref_dev, batch)
             options.append((_log_distance(target, ref), profile, ref, device_threads(ref_dev)))
         _, profile, ref, ref_threads = min(options, key=lambda o: (o[0], o[1].device_type))
-        base = _measured_costs(profile, graph, batch, 1.0, self.include_loss)
+        base = self._measured(profile, graph, batch, 1.0)
         fwd_total = _ratio(sum(c.fwd_s for c in target), sum(c.fwd_s for c in ref), 1.0)
         bwd_total = _ratio(sum(c.bwd_s for c in target), sum(c.bwd_s for c in ref), 1.0)
         source = f"scaled from {profile.device_type}"
@@ -279,23 +290,29 @@ def _measured_costs(
     scale: float,
     include_loss: bool,
     note: str = "",
+    hooks: tuple[float, float] | None = None,
 ) -> list[LayerCost]:
-    """The profile's costs times ``scale`` (threads over speed share); ``note`` goes after
-    the type in the source."""
+    """The profile's costs times ``scale`` (threads over speed share), each window less
+    ``hooks`` (forward, backward: :mod:`hetplan.profile.hook_cost`) where given; ``note`` goes
+    after the type in the source."""
     source = f"measured on {profile.device_type}{note}"
     if profile.tp > 1:
         source += f" (tp {profile.tp})"
     if source_of(profile) == WRITTEN_BACK:
         source += " (written back)"
+    if hooks is not None:
+        source += ", less its hooks"
     fits = {f.name: f for f in profile.fits}
     last = profile.fits[-1].name
     loss = profile.step_fit.loss
     out = []
+    hook_f, hook_b = hooks if hooks is not None else (0.0, 0.0)
     for layer in graph.layers:
         fit = fits[layer.name]
-        fwd, bwd = fit.fwd.at(batch), fit.bwd.at(batch)
+        fwd, bwd = net_of_hooks(fit.fwd.at(batch), hook_f), net_of_hooks(fit.bwd.at(batch), hook_b)
         if include_loss and layer.name == last:
-            fwd, bwd = fwd + loss.fwd.at(batch), bwd + loss.bwd.at(batch)
+            fwd += net_of_hooks(loss.fwd.at(batch), hook_f)
+            bwd += net_of_hooks(loss.bwd.at(batch), hook_b)
         out.append(LayerCost(fwd_s=fwd * scale, bwd_s=bwd * scale, source=source))
     return out
 

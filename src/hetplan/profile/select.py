@@ -27,5 +27,5 @@ def compute_model(
         profiles = load_profiles(directory)
         if profiles:
             learned = LearnedCompute(analytical, StoreFits(profiles, analytical, directory))
-            return MeasuredCompute(profiles, fallback=learned)
+            return MeasuredCompute(profiles, fallback=learned, hooks=learned)
     return analytical
