@@ -6,6 +6,12 @@ tp = 2, one all-reduce of ``b x s x h`` elements carries 2 * 64 * 128 = 16384 el
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 
 from hetplan.cost.comm import allreduce_time
@@ -45,21 +51,23 @@ def test_gpt_tiny_layers_carry_their_tp_structure() -> None:
     }
 
 
-def test_one_block_is_two_allreduces_per_pass_fp32(make_cluster) -> None:
+def test_one_block_is_two_allreduces_forward_and_four_backward_fp32(make_cluster) -> None:
+    # Forward: the attention's and the MLP's outputs; backward: the input gradient of q, k, v
+    # and up, each reduced on its own by ColwiseParallel (the gloo test below counts them).
     block = _gpt().layers[1]
     traffic = tp_traffic(block, B, "fp32", 2)
-    assert traffic == TpTraffic(fwd=(ELEMS * 4.0,) * 2, bwd=(ELEMS * 4.0,) * 2)
+    assert traffic == TpTraffic(fwd=(ELEMS * 4.0,) * 2, bwd=(ELEMS * 4.0,) * 4)
     cluster = make_cluster([2], overhead=2e-5)
     devices = ["n0.0", "n0.1"]
     one = allreduce_time(ELEMS * 4, devices, cluster)
-    assert tp_comm_time(block, B, "fp32", devices, cluster) == pytest.approx((2 * one, 2 * one))
+    assert tp_comm_time(block, B, "fp32", devices, cluster) == pytest.approx((2 * one, 4 * one))
 
 
 def test_block_backward_is_fp32_under_bf16_autocast() -> None:
     block = _gpt("bf16").layers[1]
     # Forward all-reduces in the compute dtype (2 B), backward ones fp32 (Q4 measurement).
     assert tp_traffic(block, B, "bf16", 2) == TpTraffic(
-        fwd=(ELEMS * 2.0,) * 2, bwd=(ELEMS * 4.0,) * 2
+        fwd=(ELEMS * 2.0,) * 2, bwd=(ELEMS * 4.0,) * 4
     )
 
 
@@ -134,3 +142,56 @@ def test_comm_times_per_layer_whatever_the_sequence_asked_before(make_cluster) -
         fwd, bwd = tp_comm_times(seq, B, "fp32", devices, cluster)
         alone = [tp_comm_time(x, B, "fp32", devices, cluster) for x in seq]
         assert (fwd, bwd) == ([f for f, _ in alone], [b for _, b in alone])
+
+
+WORKER = textwrap.dedent(
+    """
+    import json, sys, warnings
+    import torch, torch.distributed as dist, torch.multiprocessing as mp
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.debug import CommDebugMode
+    from hetplan.graph.resolve import resolve_model
+    from hetplan.graph.tp_units import tp_layout
+    from hetplan.run.setup.tensor_parallel import parallelize_stage
+
+    def run(rank, world, store, out):
+        warnings.filterwarnings("ignore")
+        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
+                                world_size=world)
+        torch.manual_seed(0)
+        model = resolve_model("gpt-tiny").factory()
+        names = [n for n, _ in model.named_children()]
+        parallelize_stage(model, ["block0"], tp_layout(model, names, world),
+                          init_device_mesh("cpu", (world,)))
+        x = torch.randn(2, 64, 128, requires_grad=True)
+        with CommDebugMode() as fwd:
+            y = model.get_submodule("block0")(x)
+        with CommDebugMode() as bwd:
+            y.sum().backward()
+        x.grad.sum().item()
+        with open(f"{out}.{rank}", "w") as f:
+            json.dump([fwd.get_total_counts(), bwd.get_total_counts()], f)
+        dist.barrier()
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        mp.spawn(run, args=(2, sys.argv[1], sys.argv[2]), nprocs=2)
+    """
+)
+
+
+@pytest.mark.slow  # two real gloo processes
+def test_a_block_all_reduces_as_the_runtime_does_on_two_gloo_ranks(tmp_path: Path) -> None:
+    # hetplan's own runtime splits gpt-tiny's block0 (parallelize_stage); torch's CommDebugMode
+    # counts its all-reduces forward and backward.
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    out = tmp_path / "out"
+    subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "store"), str(out)],
+        check=True, timeout=120, capture_output=True,
+    )  # fmt: skip
+    traffic = tp_traffic(_gpt().layers[1], B, "fp32", 2)
+    for rank in range(2):
+        fwd, bwd = json.loads(Path(f"{out}.{rank}").read_text())
+        assert (fwd, bwd) == (len(traffic.fwd), len(traffic.bwd)) == (2, 4)

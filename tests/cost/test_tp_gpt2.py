@@ -46,7 +46,9 @@ def hand_count(dtype: str, vocab_split: bool) -> dict[str, tuple[float, float]]:
     """(forward, backward) bytes per TP rank and micro-batch: the embedding, all blocks, the
     head, counted from the configuration."""
     act = B * S * H  # elements of one b x s x h all-reduce
-    blocks = (BLOCKS * 2 * act * ELEM_BYTES[dtype], BLOCKS * 2 * act * FP32)
+    # Per block: forward the attention's and the MLP's outputs; backward the input gradient of
+    # each Linear split by output features (q, k, v, up: ColwiseParallel reduces each).
+    blocks = (BLOCKS * 2 * act * ELEM_BYTES[dtype], BLOCKS * 4 * act * FP32)
     if not vocab_split:
         return {"embed": (0.0, 0.0), "blocks": blocks, "head": (0.0, 0.0)}
     return {
@@ -136,4 +138,4 @@ def test_gpt2_tp_times_are_the_hand_counted_allreduces() -> None:
     act = allreduce_time(B * S * H * FP32, group, cluster)
     stat = allreduce_time(B * S * FP32, group, cluster)
     assert fwd == pytest.approx([act] + [2 * act] * BLOCKS + [3 * stat])
-    assert bwd == pytest.approx([0.0] + [2 * act] * BLOCKS + [act])
+    assert bwd == pytest.approx([0.0] + [4 * act] * BLOCKS + [act])

@@ -62,9 +62,9 @@ def test_tp_comm_of_a_stage_by_hand() -> None:
     fwd, bwd = stage_tp_comm(graph, graph.layers, MB, devices, cluster)
     act = allreduce_time(B * S * H * 4, devices, cluster)  # b x s x h fp32
     stat = allreduce_time(B * S * 4, devices, cluster)  # one fp32 per token
-    # embed, 4 blocks (attention + MLP), head + loss_parallel
+    # embed, 4 blocks (attention + MLP; backward q, k, v and up each), head + loss_parallel
     assert fwd == pytest.approx([act, 2 * act, 2 * act, 2 * act, 2 * act, 3 * stat])
-    assert bwd == pytest.approx([0.0, 2 * act, 2 * act, 2 * act, 2 * act, act])
+    assert bwd == pytest.approx([0.0, 4 * act, 4 * act, 4 * act, 4 * act, act])
 
 
 def test_recompute_runs_the_forward_allreduces_again() -> None:

@@ -16,6 +16,7 @@ from numpy.typing import NDArray
 
 from hetplan.cluster.spec import Device, DeviceType
 from hetplan.cost.comm_buckets import layer_tensor_bytes
+from hetplan.cost.dtensor import tp_step_host_s
 from hetplan.cost.roofline import roofline_time
 from hetplan.cost.tp import tp_output_share, tp_share
 from hetplan.cost.types import ComputeModel
@@ -610,14 +611,16 @@ def optimizer_step_s(
     TP share of the parameters): the compute model's measured step when it has one (scaled
     by :data:`OPTIMIZER_BYTES_PER_PARAM` when the profile timed another optimizer), else the
     roofline's memory term over those bytes (an elementwise update: a few FLOPs per
-    parameter, far below the bytes' time; foreach kernels: a handful of launches)."""
+    parameter, far below the bytes' time; foreach kernels: a handful of launches); on a CPU
+    TP rank, plus the dispatch of its DTensor parameters (``cost.dtensor.tp_step_host_s``)."""
     share = [tp_share(x, tp) for x in layers]
     total = sum(x.params for x in layers)
     params = sum(x.params * f for x, f in zip(layers, share, strict=True))
     names = [x.name for x in layers]
     measured = _measured_optimizer_s(compute, graph, device, names, optimizer)
+    host = tp_step_host_s(layers, tp, device)  # DTensor parameters on a CPU rank
     if measured is not None:
-        return measured * (params / total if total else 1.0)  # this rank's part
+        return measured * (params / total if total else 1.0) + host  # this rank's part
     t = device.type
     step = roofline_time(
         0.0,
@@ -629,7 +632,7 @@ def optimizer_step_s(
         memory_efficiency=t.memory_efficiency,
         kernel_overhead_s=t.kernel_overhead_s,
     )
-    return step / device.speed
+    return step / device.speed + host
 
 
 def _measured_optimizer_s(

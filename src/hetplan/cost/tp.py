@@ -7,9 +7,13 @@ extractor records per layer (``LayerInfo.tp_*``, found by :mod:`hetplan.graph.tp
 
 * a **unit** (an attention: q/k/v split by output features, the output projection by input
   features; an MLP: up/gate by output features, down by input features) all-reduces its output
-  once forward (Megatron's operator g) and its input gradient once backward (operator f), each
-  ``b x s x h`` elements (Shoeybi et al. 2019, "Megatron-LM", Sec. 3 / Fig. 4: a transformer
-  block, attention + MLP, does 2 + 2);
+  once forward (Megatron's operator g) and its input gradient backward once per Linear split
+  by output features, each ``b x s x h`` elements: Megatron's f is one all-reduce (Shoeybi et
+  al. 2019, "Megatron-LM", Sec. 3 / Fig. 4: a block, attention + MLP, does 2 + 2), but
+  ``ColwiseParallel`` turns each projection's input into a replicated DTensor of its own, whose
+  gradient is reduced on its own: a gpt-tiny block split by hetplan's runtime does 2 forward
+  and 4 backward all-reduces (q, k, v, up; ``CommDebugMode``, torch 2.13 / gloo, tp = 2,
+  2026-11-29);
 * the **vocabulary-split embedding** all-reduces its output once forward (the rows a rank does
   not hold look up zeros); no backward communication;
 * the **vocabulary-split head** leaves the logits sharded and the loss runs under torch's
@@ -44,7 +48,8 @@ from hetplan.graph.types import LayerInfo
 from hetplan.planspec.dtypes import DTYPE_BYTES, FP32_BYTES
 
 UNIT_FWD_ALLREDUCES = 1  # all-reduces per unit per forward: its output (Megatron g; Q4)
-UNIT_BWD_ALLREDUCES = 1  # all-reduces per unit per backward: its input gradient (Megatron f; Q4)
+UNIT_BWD_ALLREDUCES = 1  # per unit per backward where its colwise Linears are not counted (a
+# graph traced before ``LayerInfo.tp_linears``): its input gradient (Megatron f; Q4)
 EMBEDDING_FWD_ALLREDUCES = 1  # all-reduces of the vocabulary-split embedding's output (Q4)
 EMBEDDING_BWD_ALLREDUCES = 0  # its weight gradient is a local slice: no comm (Q4)
 LOSS_PARALLEL_ALLREDUCES = 3  # forward all-reduces of loss_parallel: max, sum-exp, target (Q4)
@@ -91,7 +96,7 @@ def tp_traffic(layer: LayerInfo, micro_batch: int, dtype: str, tp: int) -> TpTra
     elems = float(micro_batch * layer.tp_tokens * layer.tp_hidden)
     low = float(DTYPE_BYTES[dtype])  # the compute dtype: the units' outputs
     fwd = [elems * low] * (UNIT_FWD_ALLREDUCES * layer.tp_units)
-    bwd = [elems * FP32_BYTES] * (UNIT_BWD_ALLREDUCES * layer.tp_units)
+    bwd = [elems * FP32_BYTES] * unit_bwd_allreduces(layer)
     if "embedding" in layer.tp_vocab:
         fwd += [elems * FP32_BYTES] * EMBEDDING_FWD_ALLREDUCES
         bwd += [elems * FP32_BYTES] * EMBEDDING_BWD_ALLREDUCES
@@ -100,6 +105,14 @@ def tp_traffic(layer: LayerInfo, micro_batch: int, dtype: str, tp: int) -> TpTra
         fwd += [tokens * LOSS_PARALLEL_BYTES_PER_TOKEN] * LOSS_PARALLEL_ALLREDUCES
         bwd += [elems * FP32_BYTES] * HEAD_BWD_ALLREDUCES
     return TpTraffic(fwd=tuple(fwd), bwd=tuple(bwd))
+
+
+def unit_bwd_allreduces(layer: LayerInfo) -> int:
+    """Backward all-reduces of the layer's units: one per Linear split by output features (one
+    rowwise Linear per unit; module doc)."""
+    if layer.tp_linears > 0:
+        return layer.tp_linears - layer.tp_units
+    return UNIT_BWD_ALLREDUCES * layer.tp_units
 
 
 def tp_comm_time(
@@ -139,12 +152,15 @@ def tp_comm_times(
     return [memo[key][0] for key in keys], [memo[key][1] for key in keys]
 
 
-LayerKey = tuple[int, str, int, int, int]
+LayerKey = tuple[int, int, str, int, int, int]
 
 
 def tp_layer_key(layer: LayerInfo) -> LayerKey:
     """What :func:`tp_comm_time` reads of a layer (identical blocks price once)."""
-    return (layer.tp_units, layer.tp_vocab, layer.tp_split, layer.tp_tokens, layer.tp_hidden)
+    return (
+        layer.tp_units, layer.tp_linears, layer.tp_vocab, layer.tp_split, layer.tp_tokens,
+        layer.tp_hidden,
+    )  # fmt: skip
 
 
 _last_keys: list[tuple[Sequence[LayerInfo], list[LayerKey], dict[LayerKey, LayerInfo]]] = []

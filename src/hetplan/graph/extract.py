@@ -361,6 +361,7 @@ def _layer_tp_facts(
     return dataclasses.replace(
         layer,
         tp_units=len(mine),
+        tp_linears=sum(len(u.colwise) + len(u.rowwise) for u in mine),
         tp_vocab="+".join(roles),
         tp_split=math.gcd(*counts),
         tp_tokens=tokens,

@@ -97,6 +97,10 @@ class LayerInfo:
     """Megatron-style tensor-parallel units inside the layer (attentions with separate q/k/v
     projections and Linear-activation-Linear MLPs, :func:`hetplan.graph.tp_units.find_tp_units`):
     each all-reduces its output forward and its input gradient backward (:mod:`hetplan.cost.tp`)."""
+    tp_linears: int = 0
+    """``nn.Linear`` modules of the layer's ``tp_units`` (q, k, v and output projections; up,
+    gate and down projections) that tensor parallelism splits: each runs through DTensor on
+    every TP rank (:mod:`hetplan.cost.dtensor`)."""
     tp_vocab: str = ""
     """The layer holds the embedding over the vocabulary (``embedding``), the output head over
     it (``head``), both (``embedding+head``) or neither (``""``), split by vocabulary rows

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from hetplan.cluster.spec import Cluster, Link
 from hetplan.cost.comm_collectives import ring_links, ring_phase_time_links
+from hetplan.cost.dtensor import DTENSOR_STEP_S_PER_TENSOR
 from hetplan.cost.memory import (
     OPTIMIZER_SLOTS,
     OPTIMIZER_STATE_BYTES,
@@ -48,16 +49,6 @@ from hetplan.planspec.batch import micro_batch_size
 from hetplan.planspec.dtypes import DTYPE_BYTES
 from hetplan.planspec.plan import Plan
 from hetplan.schedule.work import PipelineWork, PricedWork, StageWork
-
-# The optimizer's step over FSDP2's DTensor parameters costs the host this much more per
-# parameter tensor than over plain tensors (DTensor dispatch; Adam, one thread): 96-208 us,
-# median 160, measured on this project's 2-core CPU machine with
-# ``benchmarks/bench_fsdp_optimizer.py`` (gpt-tiny 68 tensors, resnet-tiny 20; 2026-11-25,
-# docs/benchmarks.md). On CPU tensors torch's optimizers loop over the parameters (foreach
-# is the default only on CUDA: ``torch.optim.optimizer._default_to_fused_or_foreach``), so
-# every tensor pays DTensor's dispatch; on CUDA ranks the foreach step dispatches once per
-# op for all tensors, not priced (not measured here: no GPU).
-DTENSOR_STEP_S_PER_TENSOR = 160e-6  # seconds per parameter tensor per step, CPU ranks
 
 # gloo's all_gather_into_tensor and reduce_scatter_tensor (FSDP2's collectives) against its
 # all_reduce of the same whole buffer, CPU ranks pinned one per core: medians over 2-4 ranks
