@@ -2,12 +2,14 @@
 
 No GPU needed. For every H100 profile in ``GPU_TRUTH/h100/profiles`` (six models, bf16 and
 fp32, three batch sizes each), a fresh store gets the H100's calibrations and the profiles of
-the *other five* models; the model is then priced by ``compute_model`` as ``predict`` prices
-it (:class:`hetplan.cost.learned_compute.LearnedCompute`: the calibrated classes corrected by
-what the other five taught) and by the calibrations alone (what main did before issue 30).
-Reported: per-layer forward and backward |error| against the profile (median, p90, max over
-layers >= 1% of the model's time), the whole model's layer time, and the whole step of the
-three ``h100/train`` runs through ``predict`` against the measured step.
+the *other five* models; the model is then priced by what the other five taught
+(:class:`hetplan.cost.learned_compute.LearnedCompute`, its layers as ``hetplan profile`` times
+them, hooks included: :class:`AsProfiled`) and by the calibrations alone (what main did before
+issue 30). Reported: per-layer forward and backward |error| against the profile (median, p90,
+max over layers >= 1% of the model's time), the whole model's layer time, and the whole step
+of the three ``h100/train`` runs through ``predict`` against the measured step: from the
+model's own profile less its hooks (as ``predict`` prices it) and with them (before), learned
+from the other five, and from the calibrations.
 
     .venv/bin/python benchmarks/bench_transfer.py [GPU_TRUTH]   (default ../shared/gpu-truth)
 """
