@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,3 +64,23 @@ def make_cluster() -> ClusterFactory:
 def gpu() -> DeviceType:
     """A device type with round numbers: 1 TFLOP/s fp32, 100 GB/s, efficiencies 1."""
     return GPU
+
+
+GlooWorker = Callable[[str, int], list[Any]]
+
+
+@pytest.fixture
+def gloo_worker(tmp_path: Path) -> GlooWorker:
+    """Runs a worker script's source (``argv``: a file store, an output prefix; every rank
+    writes JSON to ``<prefix>.<rank>``) and returns each rank's JSON, by rank."""
+
+    def run(source: str, ranks: int) -> list[Any]:
+        script, out = tmp_path / "worker.py", tmp_path / "out"
+        script.write_text(source)
+        subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "store"), str(out)],
+            check=True, timeout=120, capture_output=True,
+        )  # fmt: skip
+        return [json.loads(Path(f"{out}.{rank}").read_text()) for rank in range(ranks)]
+
+    return run

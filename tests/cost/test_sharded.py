@@ -3,11 +3,7 @@ against torch's own FSDP2 on 3 gloo processes (the real shards and collectives).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -127,23 +123,15 @@ WORKER = textwrap.dedent(
 
 
 @pytest.mark.slow  # three real gloo processes
-def test_against_torch_fsdp2_on_three_gloo_ranks(tmp_path: Path) -> None:
+def test_against_torch_fsdp2_on_three_gloo_ranks(gloo_worker) -> None:
     if not hasattr(torch.distributed, "all_gather_single"):
         pytest.skip("this torch's FSDP2 calls other collectives (torch 2.13 is pinned)")
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    out = tmp_path / "out"
-    subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "store"), str(out)],
-        check=True, timeout=120, capture_output=True,
-    )  # fmt: skip
     traffic = step_traffic([L1, L2], 3, stage=3)
     expected = sorted(
         [("ag", g.gathered_bytes) for g in traffic for _ in range(g.all_gathers)]
         + [("rs", g.reduce_scatter_bytes) for g in traffic]
     )
-    for rank in range(3):
-        got = json.loads(Path(f"{out}.{rank}").read_text())
+    for rank, got in enumerate(gloo_worker(WORKER, 3)):
         assert sorted((k, b) for k, b in got["calls"]) == expected
         assert got["shards"] == [group_shard_bytes(L1, 3), group_shard_bytes(L2, 3)]
         mem = rank_memory([L1, L2], 3, rank, stage=3, state_bytes_per_param_byte=2.0)

@@ -6,11 +6,7 @@ tp = 2, one all-reduce of ``b x s x h`` elements carries 2 * 64 * 128 = 16384 el
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -181,17 +177,9 @@ WORKER = textwrap.dedent(
 
 
 @pytest.mark.slow  # two real gloo processes
-def test_a_block_all_reduces_as_the_runtime_does_on_two_gloo_ranks(tmp_path: Path) -> None:
+def test_a_block_all_reduces_as_the_runtime_does_on_two_gloo_ranks(gloo_worker) -> None:
     # hetplan's own runtime splits gpt-tiny's block0 (parallelize_stage); torch's CommDebugMode
     # counts its all-reduces forward and backward.
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    out = tmp_path / "out"
-    subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "store"), str(out)],
-        check=True, timeout=120, capture_output=True,
-    )  # fmt: skip
     traffic = tp_traffic(_gpt().layers[1], B, "fp32", 2)
-    for rank in range(2):
-        fwd, bwd = json.loads(Path(f"{out}.{rank}").read_text())
+    for fwd, bwd in gloo_worker(WORKER, 2):
         assert (fwd, bwd) == (len(traffic.fwd), len(traffic.bwd)) == (2, 4)
