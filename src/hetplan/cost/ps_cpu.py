@@ -35,17 +35,19 @@ from hetplan.units import MiB
 
 # glibc's largest dynamic mmap threshold on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX, 32 MiB,
 # malloc/malloc.c): an allocation this large is always a fresh mapping. Seen on the 2-core
-# machine (torch 2.13, one pinned thread, 2026-11-25): torch.cat / clone into a new tensor of
-# 31 MiB 3.1 GB/s, of 33 and 37 MiB 0.54-0.66 GB/s.
+# machine: a new tensor of 30 MB fills at 7-12 GB/s, one of 37 MB at 1.7-1.9 GB/s
+# (benchmarks/bench_cpu_copies.py, 2026-11-29).
 MMAP_THRESHOLD_BYTES = 32 * MiB
-# Copy into memory the process already holds (bytes/s, one core, speed 1): out-of-cache
-# tensor copy on the 2-core machine (AMD EPYC, torch 2.13, 37 MB, one pinned thread):
-# 2.9-4.8 GB/s at load averages 4.8-11 (/tmp/ps27 copy probes, 2026-11-25).
-COPY_BANDWIDTH = 4e9
-# Filling a freshly mapped buffer (bytes/s, one core, speed 1): the same probes' torch.cat /
-# clone of 33-37 MB, page faults included: 0.86-1.04 GB/s at load average 4.6-4.8, 0.3-0.7
-# GB/s at 6.5-11 (other sessions' tests running); the suite's runs saw load 2-4.
-FRESH_BANDWIDTH = 1e9
+# Copy into memory the process already holds (bytes/s, one core, speed 1):
+# ``torch.cat(..., out=held)`` of 37 and 74 MB, one pinned thread, the other core idle or
+# training vgg11: 6.0-7.0 GB/s in 8 runs, median 6.5 (benchmarks/bench_cpu_copies.py
+# [--busy], 2026-11-29, load average 1.2-1.3). The 4 GB/s of 2026-11-25 was timed at load
+# averages 4.8-11, where other jobs took part of the core: the speed share's business.
+COPY_BANDWIDTH = 6.5e9
+# Filling a freshly mapped buffer (bytes/s, one core, speed 1): the same runs' torch.cat and
+# clone into new tensors of 37 and 74 MB, page faults included: 1.6-2.4 GB/s, median 1.9
+# (the 1 GB/s of 2026-11-25 was timed at load averages 4.6-11, as above).
+FRESH_BANDWIDTH = 1.9e9
 # The server thread's passes over a push beside the optimizer step (dimensionless): the
 # receive into a new buffer, the copy into the masters' gradients, the two reply buffers.
 SERVER_NEW_BUFFERS = 3

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from itertools import zip_longest
 
 from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import comm
@@ -47,6 +48,7 @@ from hetplan.graph.types import LayerInfo, ModelGraph
 from hetplan.planspec.batch import micro_batch_size
 from hetplan.planspec.plan import Plan
 from hetplan.planspec.strategies import spec_of
+from hetplan.predict.cpu_overlap import shared_core
 from hetplan.predict.sharded import fsdp_work, replica_devices, sharded_stages
 from hetplan.predict.zero1 import zero1_pipes
 from hetplan.schedule.work import (
@@ -59,29 +61,6 @@ from hetplan.schedule.work import (
     split_backward,
 )
 from hetplan.units import MiB
-
-# Share of an overlapped gloo allreduce's time that a CPU rank's compute loses to it. 1: the
-# collective and the backward take turns on the rank's cores. Measured on the 2-core machine
-# (docs/benchmarks.md): vgg11/cifar10 backward of 8 samples 45-54 ms alone or beside another
-# rank, 72-79 ms while its 37 MB of gradients are all-reduced in buckets by gloo.
-CPU_COLLECTIVE_CORE_SHARE = 1.0  # dimensionless
-
-
-def cpu_collective_steal(parts: Sequence[float], allreduce_s: Sequence[float]) -> tuple[float, ...]:
-    """Backward parts of a CPU rank whose bucket allreduces run while it computes.
-
-    gloo's allreduce runs on the rank's own cores, so the part of bucket ``k``'s allreduce
-    that overlaps the rest of the backward slows that backward down by as much
-    (``CPU_COLLECTIVE_CORE_SHARE`` of it): the time is added to part ``k + 1``, up to the
-    backward that remains after bucket ``k`` is ready. GPUs run NCCL on their own streams and
-    are not affected.
-    """
-    out = list(parts)
-    for k, dur in enumerate(allreduce_s):
-        if k + 1 < len(out):
-            remaining = sum(parts[k + 1 :])
-            out[k + 1] += CPU_COLLECTIVE_CORE_SHARE * min(dur, remaining)
-    return tuple(out)
 
 
 def _stage_compute(
@@ -148,6 +127,18 @@ def _cut(
     return CutWork(fwd_s=t, bwd_s=t, nbytes=nbytes)
 
 
+def _grad_buckets(
+    plan: Plan, graph: ModelGraph, ranges: list[tuple[int, int]]
+) -> list[list[comm.GradBucket]]:
+    """DDP's gradient buckets of each stage (the first pipeline's layer ranges)."""
+    cap = plan.bucket_mb * MiB
+    out = []
+    for lo, hi in ranges:
+        tensors = tp_grad_tensor_bytes(graph.layers[lo : hi + 1], graph.dtype, plan.tp)
+        out.append(comm.ddp_buckets(tensors, cap, first_bucket(cap)))
+    return out
+
+
 def price(
     plan: Plan,
     graph: ModelGraph,
@@ -163,16 +154,13 @@ def price(
     num = plan.num_stages
     keep_last = plan.recompute and plan.recompute_mode == "except_last"
     kept = replace(plan, recompute=False, recompute_mode="all") if keep_last else plan
-    stage_buckets: list[list[comm.GradBucket]] = []
-    for lo, hi in ranges[0]:
-        tensors = tp_grad_tensor_bytes(graph.layers[lo : hi + 1], graph.dtype, plan.tp)
-        cap = plan.bucket_mb * MiB
-        stage_buckets.append(comm.ddp_buckets(tensors, cap, first_bucket(cap)) if sync else [])
+    stage_buckets = _grad_buckets(plan, graph, ranges[0]) if sync else [[] for _ in range(num)]
     buckets = (
         [_sync_buckets(plan, cluster, s, stage_buckets[s]) for s in range(num)] if sync else []
     )
     pipes: list[PipelineWork] = []
     mbs: list[int] = []
+    on_core: list[list[float]] = [[] for _ in range(num)]  # all-reduces sharing CPU cores
     sources: dict[tuple[str, str, str], None] = {}  # a set in the layers' order
     tp_bytes: list[list[tuple[float, float]]] = []
     for p, pipe in enumerate(plan.pipelines):
@@ -198,7 +186,9 @@ def price(
             if keep_last and not sync:
                 parts = (float(sum(last)),)
             if sync and not any(is_gpu(d.type) for d in devs):
-                parts = cpu_collective_steal(parts, [b.duration_s for b in buckets[s]])
+                shared = shared_core(parts, [b.duration_s for b in buckets[s]])
+                parts = shared.parts
+                on_core[s] = _longest(on_core[s], shared.allreduce_s)
             stages.append(
                 StageWork(
                     devices=tuple(stage.devices),
@@ -213,6 +203,7 @@ def price(
                 nxt = pipe.stages[s + 1].devices
                 cuts.append(_cut(graph, cluster, stage.devices, nxt, ranges[p][s][1], mb))
         pipes.append(PipelineWork(stages=tuple(stages), cuts=tuple(cuts), batch=pipe.batch))
+    buckets = [_slowed(bs, on_core[s]) for s, bs in enumerate(buckets)]
     bucket_bytes = [float(sum(b.nbytes for b in bs)) for bs in stage_buckets]
     ps: list[PsWork] = []
     if spec.hosts_parameters:
@@ -231,6 +222,19 @@ def price(
         layer_sources=tuple(sources),
         tp_bytes=tp_bytes,
     )
+
+
+def _longest(a: Sequence[float], b: Sequence[float]) -> list[float]:
+    return [max(x, y) for x, y in zip_longest(a, b, fillvalue=0.0)]
+
+
+def _slowed(buckets: list[SyncBucket], on_core: list[float]) -> list[SyncBucket]:
+    """A stage's buckets, each as long as its slowest replica's all-reduce on a shared CPU
+    core (:mod:`hetplan.predict.cpu_overlap`; a collective ends with its slowest rank)."""
+    return [
+        replace(b, duration_s=max(b.duration_s, on_core[k] if k < len(on_core) else 0.0))
+        for k, b in enumerate(buckets)
+    ]
 
 
 def _sync_buckets(
