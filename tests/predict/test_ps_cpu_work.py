@@ -13,8 +13,11 @@ from hetplan.cost.comm_gloo import GLOO_ASYNC_OVERLAP
 from hetplan.cost.ps_cpu import (
     COPY_BANDWIDTH,
     FRESH_BANDWIDTH,
+    MESSAGE_CPU_S,
+    MESSAGE_CPU_S_CORE_MATES,
     MMAP_THRESHOLD_BYTES,
     copy_s,
+    messages_cpu_s,
     new_buffer_s,
     ps_cpu_work,
 )
@@ -109,7 +112,9 @@ def test_server_sharing_its_workers_core_closed_form() -> None:
     compute = 4 * (FWD_PER_SAMPLE + BWD_PER_SAMPLE) * batch
     push = links.async_per_worker_s["n0.0"] / 2 + total / FRESH_BANDWIDTH
     pull = links.async_per_worker_s["n0.0"] / 2 + total / COPY_BANDWIDTH + per_push
-    host = compute + push + pull + per_push  # the other worker's push, on the host's core
+    # The other worker's push applied on the host's core, and its push and reply (two
+    # messages with a rank on another core).
+    host = compute + push + pull + per_push + 2 * MESSAGE_CPU_S
     assert pred.iteration_time_s == pytest.approx(host, rel=1e-9)
     # The same plan on devices that are not CPUs: no buffers, no server thread on a core.
     other = predict(plan, g, cluster(2), FixedCompute()).iteration_time_s
@@ -142,3 +147,25 @@ def test_synchronous_ps_on_cpu_ranks_is_priced_as_gloo_reduce_and_broadcast() ->
 
     assert time(ps, 2e-3) - time(ps, 1e-3) == pytest.approx(2 * 4 * 1e-3 / GLOO_ASYNC_OVERLAP)
     assert time(dp, 2e-3) - time(dp, 1e-3) == pytest.approx(2 * 2 * 1e-3)
+
+
+def test_each_message_costs_both_ranks_more_between_core_mates() -> None:
+    """Hosts a, b; workers a, b, c; a and c share a core. Per iteration (hand count):
+    a pushes to b and takes its reply (2 messages with b), and serves b and c (2 each);
+    b pushes to a, serves a and c; c, no host, pushes to a and b."""
+    cross, mate = MESSAGE_CPU_S, MESSAGE_CPU_S_CORE_MATES
+    got = messages_cpu_s(
+        ["a", "b"], ["a", "b", "c"], {"a": 0.5, "b": 1.0, "c": 0.5},
+        core_mates=lambda x, y: {x, y} == {"a", "c"},
+    )  # fmt: skip
+    assert got["a"] == pytest.approx((2 * cross + 2 * cross + 2 * mate) / 0.5)
+    assert got["b"] == pytest.approx(2 * cross + 2 * cross + 2 * cross)
+    assert got["c"] == pytest.approx((2 * mate + 2 * cross) / 0.5)
+    # Asynchronous work carries them; a host that is no worker adds its own to its server.
+    work = ps_cpu_work(
+        {"h": 1e3}, ["a"], {"a": 1.0, "h": 1.0}, asynchronous=True,
+        core_mates=lambda x, y: False,
+    )  # fmt: skip
+    alone = ps_cpu_work({"h": 1e3}, ["a"], {"a": 1.0, "h": 1.0}, asynchronous=True)
+    assert work.messages_s == {"a": pytest.approx(2 * cross)}
+    assert work.server_s["h"] - alone.server_s["h"] == pytest.approx(2 * cross)

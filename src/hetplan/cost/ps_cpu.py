@@ -20,6 +20,15 @@ own cores, is build flat buffers and apply the pushed gradients:
   compute (and its core-mates', :mod:`hetplan.predict.sharing`) and a pull waits for its
   push's application.
 
+Each asynchronous push and pull reply is also one gloo message, and a message costs CPU on
+both of its ranks beyond its bytes: the gloo TCP loop threads' wake-ups and system calls and
+the Python threads that take it. Between ranks on different cores that is little; between
+core-mates (two processes pinned to one core) the core is busy for the whole exchange, the
+sender's and receiver's threads taking turns on it. Per iteration a worker sends a push to,
+and receives a reply from, each other host; a host receives a push from, and sends a reply
+to, each other worker. That CPU time sits with the server's work in the rank's optimizer slot
+(a compute action, which its core-mates count when sharing the core).
+
 A new buffer costs more than a copy into an existing one when it is large: glibc's
 ``malloc`` serves requests of at least ``MMAP_THRESHOLD_BYTES`` with a fresh ``mmap`` (its
 dynamic threshold stops growing there), so each such buffer's pages are faulted in and zeroed
@@ -28,8 +37,8 @@ by the kernel on first write; smaller ones reuse the heap the previous step free
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from hetplan.units import MiB
 
@@ -48,6 +57,17 @@ COPY_BANDWIDTH = 6.5e9
 # clone into new tensors of 37 and 74 MB, page faults included: 1.6-2.4 GB/s, median 1.9
 # (the 1 GB/s of 2026-11-25 was timed at load averages 4.6-11, as above).
 FRESH_BANDWIDTH = 1.9e9
+# CPU seconds one gloo point-to-point message costs each of its two ranks (at speed 1), beyond
+# its bytes. benchmarks/bench_gloo_message_cpu.py (2026-11-29, round trips of 1 and 20 KiB, the
+# receiver taking each in a side thread as the server does; CPU time of every thread of both
+# processes over the loop, per message, halved):
+# - ranks on different cores (local-cpu, and local-cpu-4on2 re-pinned one per core): 98-311
+#   us per message in 8 runs, median 160: 80 us a rank;
+# - core-mates (local-cpu-4on2's ranks 0 and 1, both on core 0): 1792-1860 us in 6 runs, the
+#   core busy throughout (CPU = wall): 0.9 ms a rank.
+MESSAGE_CPU_S = 80e-6
+MESSAGE_CPU_S_CORE_MATES = 0.9e-3
+
 # The server thread's passes over a push beside the optimizer step (dimensionless): the
 # receive into a new buffer, the copy into the masters' gradients, the two reply buffers.
 SERVER_NEW_BUFFERS = 3
@@ -79,6 +99,31 @@ class PsCpuWork:
     server_s: dict[str, float]
     """Per host (asynchronous): its server thread's work per iteration, every worker's push
     applied once (optimizer steps included)."""
+    messages_s: dict[str, float] = field(default_factory=dict)
+    """Per worker and host (asynchronous): the CPU its messages of an iteration cost it."""
+
+
+def messages_cpu_s(
+    hosts: Sequence[str],
+    workers: Sequence[str],
+    speeds: Mapping[str, float],
+    core_mates: Callable[[str, str], bool],
+) -> dict[str, float]:
+    """Per rank, the CPU seconds (at its speed) of an asynchronous iteration's messages
+    (module docstring): two per other host it pushes to as a worker, two per other worker it
+    serves as a host, each :data:`MESSAGE_CPU_S_CORE_MATES` with a core-mate, else
+    :data:`MESSAGE_CPU_S`."""
+
+    def cost(a: str, b: str) -> float:
+        return 2 * (MESSAGE_CPU_S_CORE_MATES if core_mates(a, b) else MESSAGE_CPU_S)
+
+    out: dict[str, float] = {}
+    for d in dict.fromkeys([*workers, *hosts]):
+        total = sum(cost(d, h) for h in hosts if h != d) if d in workers else 0.0
+        if d in hosts:
+            total += sum(cost(d, w) for w in dict.fromkeys(workers) if w != d)
+        out[d] = total / speeds[d]
+    return out
 
 
 def host_bytes(ps_devices: Sequence[str], shard_bytes: Sequence[int]) -> dict[str, float]:
@@ -96,11 +141,15 @@ def ps_cpu_work(
     *,
     asynchronous: bool,
     optimizer_s: Mapping[str, float] | None = None,
+    core_mates: Callable[[str, str], bool] | None = None,
 ) -> PsCpuWork:
     """The runtime's buffer and server work (module docstring), in seconds at ``speeds``.
 
     ``hosts``: bytes served per host device; ``optimizer_s``: per host, one optimizer step
-    over its shard at speed 1 (asynchronous: the server steps once per push)."""
+    over its shard at speed 1 (asynchronous: the server steps once per push);
+    ``core_mates``: whether two devices are pinned to the same cores (asynchronous: prices
+    the messages, :func:`messages_cpu_s`; None: no messages priced). A host that is no worker
+    has no optimizer slot: its messages join its server's work."""
     opt = optimizer_s or {}
     push: dict[str, float] = {}
     pull: dict[str, float] = {}
@@ -113,6 +162,10 @@ def ps_cpu_work(
                 + opt.get(h, 0.0)
             )
             server[h] = len(workers) * per_push / speeds[h]
+        messages = messages_cpu_s(list(hosts), workers, speeds, core_mates) if core_mates else {}
+        for h in hosts:
+            if h not in workers:
+                server[h] += messages.pop(h, 0.0)
         for w in dict.fromkeys(workers):
             remote = [b for h, b in hosts.items() if h != w]
             push[w] = sum(new_buffer_s(b) for b in hosts.values()) / speeds[w]
@@ -120,7 +173,7 @@ def ps_cpu_work(
             # Its pull waits for its push's application at every host (servers in parallel).
             wait = max((server[h] / len(workers) for h in hosts), default=0.0)
             pull[w] = mine / speeds[w] + wait
-        return PsCpuWork(push_s=push, pull_s=pull, server_s=server)
+        return PsCpuWork(push_s=push, pull_s=pull, server_s=server, messages_s=messages)
     for w in dict.fromkeys(workers):
         build = sum(new_buffer_s(b) for b in hosts.values())
         refill = sum(copy_s(b) for b in hosts.values())  # the push's buffers, held

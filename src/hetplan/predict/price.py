@@ -275,7 +275,14 @@ def _ps_work(
         any_opt = max(full_opt.values(), default=0.0)
         opt = {h: full_opt.get(h, any_opt) * b / total for h, b in hosts.items()} if total else {}
         speeds = {d: cluster.device(d).speed for d in devices}
-        cpu = ps_cpu_work(hosts, workers, speeds, asynchronous=plan.ps_async, optimizer_s=opt)
+        cpu = ps_cpu_work(
+            hosts,
+            workers,
+            speeds,
+            asynchronous=plan.ps_async,
+            optimizer_s=opt,
+            core_mates=lambda a, b: _core_mates(cluster, a, b),
+        )
     if plan.ps_async:
         # Only a worker's push + pull total is known: split evenly between the two actions.
         ps = [
@@ -287,10 +294,13 @@ def _ps_work(
             for w in workers
         ]
         if cpu.server_s:  # the server's steps replace the worker's (it steps nothing);
-            # the application of its own push is already the wait in its pull
+            # the application of its own push is already the wait in its pull; the rank's
+            # messages take its cores too
             share = (len(workers) - 1) / len(workers)
-            server = {h: share * t for h, t in cpu.server_s.items()}
-            pipes = [_with_opt(p, server.get(p.stages[0].devices[0], 0.0)) for p in pipes]
+            slot = {w: cpu.messages_s.get(w, 0.0) for w in workers}
+            for h, t in cpu.server_s.items():
+                slot[h] = slot.get(h, 0.0) + share * t
+            pipes = [_with_opt(p, slot.get(p.stages[0].devices[0], 0.0)) for p in pipes]
         return ps, pipes
     pull = {w: max(timing.per_worker_s[w] - timing.push_s, 0.0) for w in workers}
     push = timing.push_s
@@ -305,6 +315,12 @@ def _ps_work(
         PsWork(push_s=push, pull_s=pull[w] + cpu.pull_s.get(w, 0.0), nbytes=total) for w in workers
     ]
     return ps, pipes
+
+
+def _core_mates(cluster: Cluster, a: str, b: str) -> bool:
+    """Whether devices ``a`` and ``b`` are pinned to the same cores."""
+    x, y = cluster.device(a).cpus, cluster.device(b).cpus
+    return bool(x) and bool(y) and set(x or ()) == set(y or ())
 
 
 def _with_opt(pipe: PipelineWork, opt_s: float) -> PipelineWork:
