@@ -76,3 +76,13 @@ def test_the_optimizer_steps_a_weight_and_a_bias_per_linear_and_a_weight_per_voc
     split = optimizer_step_s(compute, TOY, cpu(), TOY.layers, "adam", 2)
     # The TP rank steps its share of the parameters (2/3 of them split by 2) plus the dispatch.
     assert split == pytest.approx(alone * (2 / 3 * 0.5 + 1 / 3) + 13 * DTENSOR_STEP_S_PER_TENSOR)
+
+
+def test_an_fsdp_step_pays_per_parameter_tensor_on_a_cpu_rank() -> None:
+    # Three parameter tensors (a weight, a bias, a norm's scale) and a layer with none.
+    three = dataclasses.replace(LAYER, param_tensor_bytes=(64, 8, 8), param_tensor_rows=())
+    none = dataclasses.replace(LAYER, name="pool", param_bytes=0, param_tensor_bytes=())
+    assert dtensor.fsdp_step_host_s([three, none], on_cpu=True) == pytest.approx(
+        3 * DTENSOR_STEP_S_PER_TENSOR
+    )
+    assert dtensor.fsdp_step_host_s([three, none], on_cpu=False) == 0.0

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hetplan.cluster.spec import Device
+from hetplan.cost.sharded import layer_tensors
 from hetplan.cost.tp import tp_share
 from hetplan.graph.types import LayerInfo
 
@@ -61,3 +62,11 @@ def tp_step_host_s(layers: Sequence[LayerInfo], tp: int, device: Device) -> floa
     split = [x for x in layers if tp_share(x, tp) < 1]
     tensors = sum(2 * x.tp_linears + vocab_modules(x) for x in split)
     return DTENSOR_STEP_S_PER_TENSOR * tensors / device.speed
+
+
+def fsdp_step_host_s(layers: Sequence[LayerInfo], on_cpu: bool) -> float:
+    """Host seconds one FSDP2 rank's optimizer step on a CPU spends dispatching its DTensor
+    parameters: :data:`DTENSOR_STEP_S_PER_TENSOR` per tensor of ``layers`` (0 on a GPU)."""
+    if not on_cpu:
+        return 0.0
+    return DTENSOR_STEP_S_PER_TENSOR * sum(len(layer_tensors(x)) for x in layers)

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from hetplan.cost.dtensor import fsdp_step_host_s
 from hetplan.cost.memory import (
     LayerBytes,
     framework_overhead_bytes,
@@ -34,7 +35,6 @@ from hetplan.planspec.plan import PipelinePlan, Plan, StagePlan
 from hetplan.predict import predict
 from hetplan.predict.sharded import (
     collective_times,
-    optimizer_host_s,
     pass_times,
     rank_state_bytes,
     replica_devices,
@@ -73,7 +73,7 @@ def fsdp_candidate(ctx: Context, devices: Sequence[str]) -> Candidate | None:
     collectives = collective_times(devices, ctx.graph, ctx.pricing.cluster)
     passes = pass_times(list(fwd), list(bwd), collectives, zero=ZERO, overlap=not on_cores)
     step = max(ctx.pricing.optimizer_s(s, 0, len(ctx.graph.layers), ctx.optimizer) for s in slots)
-    host = optimizer_host_s(ctx.graph.layers, on_cores)
+    host = fsdp_step_host_s(ctx.graph.layers, on_cores)
     time_s = m * sum(passes) + shard_share(ctx.graph, n) * step + host
     rows = [(s, c, busy[s]) for s, c in zip(slots, counts, strict=True)]
 

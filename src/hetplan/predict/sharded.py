@@ -9,7 +9,8 @@ priced as :func:`hetplan.cost.sharded.gathered_pass` of those times and the ring
 collectives on the replicas' links (in the order the plan lists the replicas). The result is
 one :class:`StageWork` per replica with equal forward and backward times and no gradient
 buckets (FSDP2 reduce-scatters inside the backward); each optimizer step updates only the
-replica's shard, plus the host's cost of stepping DTensors (:data:`DTENSOR_STEP_S_PER_TENSOR`).
+replica's shard, plus the host's cost of stepping DTensors
+(:func:`hetplan.cost.dtensor.fsdp_step_host_s`).
 
 A hybrid plan with ``shard_stages`` (pipelines of FSDP2-sharded stages) prices each stage the
 same way over that stage's replicas (:func:`sharded_stage`, :func:`sharded_stages`), inside
@@ -23,7 +24,7 @@ from dataclasses import replace
 
 from hetplan.cluster.spec import Cluster, Link
 from hetplan.cost.comm_collectives import ring_links, ring_phase_time_links
-from hetplan.cost.dtensor import DTENSOR_STEP_S_PER_TENSOR
+from hetplan.cost.dtensor import fsdp_step_host_s
 from hetplan.cost.memory import (
     OPTIMIZER_SLOTS,
     OPTIMIZER_STATE_BYTES,
@@ -70,14 +71,6 @@ GLOO_SHARD_CALL_VS_ALL_REDUCE = 0.86
 # by the rank's speed on a shared core (measured there: 0.8-1.8 ms, which that leaves 30-60%
 # short). Seconds per call.
 FSDP2_CALL_HOST_S = 0.34e-3
-
-
-def optimizer_host_s(layers: Sequence[LayerInfo], on_cpu: bool) -> float:
-    """The DTensor step's host seconds on a CPU rank over ``layers``' tensors:
-    :data:`DTENSOR_STEP_S_PER_TENSOR` per tensor (0 on a GPU rank)."""
-    if not on_cpu:
-        return 0.0
-    return DTENSOR_STEP_S_PER_TENSOR * sum(len(layer_tensors(x)) for x in layers)
 
 
 def replica_devices(plan: Plan) -> list[str]:
@@ -210,7 +203,7 @@ def sharded_stage(
         StageWork(
             devices=(dev.id,), fwd_s=fwd_s, bwd_s=bwd_s,
             opt_s=share * optimizer_step_s(compute, graph, dev, layers, plan.optimizer, 1)
-            + optimizer_host_s(layers, dev.type.is_cpu),
+            + fsdp_step_host_s(layers, dev.type.is_cpu),
             on_cores=dev.type.is_cpu,
         )
         for dev in devices
