@@ -1,6 +1,7 @@
 """Pinned gloo ranks on this machine, as a cluster file places them: the shared set-up of
 ``bench_gloo_allreduce.py``, ``bench_gloo_ps_collectives.py``, ``bench_fsdp_calls.py``,
-``bench_tp_dispatch.py`` and ``bench_allreduce_between_compute.py``."""
+``bench_tp_dispatch.py``, ``bench_allreduce_between_compute.py`` and
+``bench_gloo_message_cpu.py``."""
 
 from __future__ import annotations
 
