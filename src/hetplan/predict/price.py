@@ -29,7 +29,7 @@ Conventions (see docs/models.md):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from itertools import zip_longest
 
@@ -50,6 +50,7 @@ from hetplan.planspec.plan import Plan
 from hetplan.planspec.strategies import spec_of
 from hetplan.predict.cpu_overlap import shared_core
 from hetplan.predict.sharded import fsdp_work, replica_devices, sharded_stages
+from hetplan.predict.sharing import core_groups
 from hetplan.predict.zero1 import zero1_pipes
 from hetplan.schedule.work import (
     CutWork,
@@ -281,7 +282,7 @@ def _ps_work(
             speeds,
             asynchronous=plan.ps_async,
             optimizer_s=opt,
-            core_mates=lambda a, b: _core_mates(cluster, a, b),
+            core_mates=_core_mates(cluster, devices),
         )
     if plan.ps_async:
         # Only a worker's push + pull total is known: split evenly between the two actions.
@@ -317,10 +318,12 @@ def _ps_work(
     return ps, pipes
 
 
-def _core_mates(cluster: Cluster, a: str, b: str) -> bool:
-    """Whether devices ``a`` and ``b`` are pinned to the same cores."""
-    x, y = cluster.device(a).cpus, cluster.device(b).cpus
-    return bool(x) and bool(y) and set(x or ()) == set(y or ())
+def _core_mates(cluster: Cluster, devices: Sequence[str]) -> Callable[[str, str], bool]:
+    """Whether two of ``devices`` are pinned to the same cores (:func:`core_groups`)."""
+    group = {
+        m: k for k, (members, _) in enumerate(core_groups(cluster, list(devices))) for m in members
+    }
+    return lambda a, b: a in group and group[a] == group.get(b)
 
 
 def _with_opt(pipe: PipelineWork, opt_s: float) -> PipelineWork:
