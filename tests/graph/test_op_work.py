@@ -12,7 +12,10 @@ from torch import nn
 from hetplan.graph import BuiltModel, build_graph, cache, resolve_model
 from hetplan.graph import extract as extract_mod
 from hetplan.graph.extract import trace_graph
+from hetplan.graph.ops import CAUSAL_ATTENTION_SHARE
 from hetplan.graph.types import OP_CLASSES, LayerInfo, ModelGraph
+from hetplan.graph.zoo.bert import BERT_CONFIGS
+from hetplan.graph.zoo.gpt import GPT_CONFIGS
 from hetplan.serde import from_data, to_data
 
 IO_ROUNDING = 1.0
@@ -137,3 +140,20 @@ def test_old_layer_json_loads_without_work() -> None:
     data = to_data(layer)
     del data["work"]
     assert from_data(LayerInfo, data, "old.json").work == ()
+
+
+@pytest.mark.parametrize(
+    ("name", "share"), [("gpt-tiny", CAUSAL_ATTENTION_SHARE), ("bert-tiny", 1)]
+)
+def test_causal_attention_counts_half_the_score_matrix(
+    name: str, share: float, graphs: dict[str, ModelGraph]
+) -> None:
+    """Hand count per sample, forward: QK^T and PV, 2 T^2 d FLOPs each over all heads (d the
+    model width); gpt-tiny's attention is causal (its kernel skips the tiles above the
+    diagonal), bert-tiny's is not. Backward is torch's 2.5 times the forward."""
+    cfg = {**GPT_CONFIGS, **BERT_CONFIGS}[name]
+    full = 4.0 * cfg.seq**2 * cfg.hidden
+    for layer in graphs[name].layers[1 : 1 + cfg.layers]:
+        attn = {w.backward: w.flops for w in layer.work if w.op_class == "attention"}
+        assert attn[False] == pytest.approx(share * full, rel=1e-9)
+        assert attn[True] == pytest.approx(2.5 * share * full, rel=1e-9)

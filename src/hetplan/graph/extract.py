@@ -7,7 +7,8 @@ batch-1 special cases) and divided by it. Approximations:
   non-view op (each read/write once, no cache reuse), excluding parameters, buffers and
   parameter gradients (batch-independent traffic the cost model prices from ``param_bytes``).
 * attention (``scaled_dot_product_attention``) is traced as the fused flash kernel, which saves
-  no (T, T) score matrix; FLOPs count the full (non-causal) score matrix, as torch does.
+  no (T, T) score matrix; FLOPs count the full score matrix, as torch does, except a causal
+  kernel's: half of it (``ops.CAUSAL_ATTENTION_SHARE``: the tiles it computes).
 * convolution FLOPs are our own count (:mod:`conv_flops`: torch's counter overcounts grouped
   and depthwise weight gradients); every other op's are torch's ``FlopCounterMode``'s.
 * ``LayerInfo.work`` splits each pass's FLOPs, I/O bytes and kernels by operation class

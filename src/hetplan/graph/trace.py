@@ -29,6 +29,7 @@ from hetplan.graph.attention import fused_attention
 from hetplan.graph.dedup import Dedup
 from hetplan.graph.ops import (
     Desc,
+    attention_share,
     conv_probe_intensity,
     conv_work,
     describe,
@@ -177,10 +178,7 @@ class TraceState:
         """One op: ``args`` is ``(args, kwargs)``, ``flops`` the counter's count for it."""
         ins, outs = tensors(args), tensors(out)
         kernel = is_kernel(func)
-        groups, conv, probe = 1, 0, 0.0
-        if is_conv(func):
-            flops, groups = conv_work(func, args[0], args[1], flops)
-            conv, probe = flops, conv_probe_intensity(func, args[0], args[1])
+        flops, groups, conv, probe = _op_flops(func, args, flops)
         cls = op_class(func, flops, groups) if kernel or flops else None
         self.n_ops += 1
         if self.backward:
@@ -407,3 +405,14 @@ def _trace(
     if stand_ins is not None and not stand_ins.finish():
         return None
     return state
+
+
+def _op_flops(func: Any, args: Any, counted: int) -> tuple[int, int, int, float]:
+    """An op's FLOPs (ours for a convolution, a causal attention's share of torch's), groups,
+    convolution FLOPs and probe intensity (``OpWork.probe_intensity``)."""
+    if is_conv(func):
+        flops, groups = conv_work(func, args[0], args[1], counted)
+        return flops, groups, flops, conv_probe_intensity(func, args[0], args[1])
+    if counted:
+        return round(counted * attention_share(func, args[0], args[1])), 1, 0, 0.0
+    return 0, 1, 0, 0.0
