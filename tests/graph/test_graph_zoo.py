@@ -49,9 +49,10 @@ def test_resnet50_forward_flops_and_layers() -> None:
 
 
 def gpt_fwd_flops(layers: int, hidden: int, seq: int, vocab: int) -> int:
-    """Per sample: 12H^2 weights per block (2 FLOPs each per token), QK^T and AV (2*2*T^2*H),
-    and the LM head (2*H*V per token)."""
-    per_block = 24 * hidden**2 * seq + 4 * seq**2 * hidden
+    """Per sample: 12H^2 weights per block (2 FLOPs each per token), QK^T and AV (2*2*T^2*H,
+    half of it under the causal mask: ``ops.CAUSAL_ATTENTION_SHARE``), and the LM head (2*H*V
+    per token)."""
+    per_block = 24 * hidden**2 * seq + 2 * seq**2 * hidden
     return layers * per_block + 2 * hidden * vocab * seq
 
 
@@ -59,8 +60,9 @@ def test_gpt_flops_match_closed_form() -> None:
     g = build_graph("gpt-tiny")
     assert g.total_fwd_flops == gpt_fwd_flops(4, 128, 64, 1000)
     block = g.layers[g.index("block0")]
-    # Backward: weight matmuls cost 2x forward; flash-attention backward 2.5x (torch formula).
-    assert block.bwd_flops == 2 * 24 * 128**2 * 64 + 10 * 64**2 * 128
+    # Backward: weight matmuls cost 2x forward; flash-attention backward 2.5x (torch formula)
+    # of the causal half.
+    assert block.bwd_flops == 2 * 24 * 128**2 * 64 + 5 * 64**2 * 128
     assert [layer.name for layer in g.layers] == [
         "embed",
         "block0",

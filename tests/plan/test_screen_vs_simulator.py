@@ -56,10 +56,10 @@ TOLERANCE: dict[str, tuple[float, float, str]] = {
     "gpipe+tp": (*EXACT, "as gpipe"),
     "1f1b": (0.88, 1.19, ONE_F_ONE_B),
     "1f1b+tp": (
-        0.999,
-        1.015,
-        "as 1f1b; gpt2's TP stages are inside a node: one bound nearly dominates (0.05% off "
-        "on NVLink, up to 1.2% on the T4s' PCIe, where a block's four backward all-reduces "
+        0.997,
+        1.025,
+        "as 1f1b; gpt2's TP stages are inside a node: one bound nearly dominates (0.2% under "
+        "to 2.1% over; most off on the T4s' PCIe, where a block's four backward all-reduces "
         "bring the two bounds closer)",
     ),
     "pipedream": (

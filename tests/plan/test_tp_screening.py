@@ -83,8 +83,9 @@ def test_screening_estimate_of_tp_tracks_the_simulation() -> None:
 
 
 def test_competitive_tp_plans_are_ranked_when_runnable_only() -> None:
-    """gpt2-medium on 4 A100s: data parallel over two TP pairs is within 15% of plain data
-    parallel, so the runnable search simulates and ranks it."""
+    """gpt2-medium on 4 A100s: data parallel over two TP pairs is within 20% of the best plan
+    (1.155x since causal attention counts half its score matrix: less compute beside the same
+    TP all-reduces), so the runnable search simulates and ranks it."""
     cluster = load_cluster(CLUSTER.parent / "homogeneous-4gpu.yaml")
     graph = build_graph("gpt2-medium")
     opts = SearchOptions(batch=32, objective=parse_objective("time"))
@@ -92,4 +93,4 @@ def test_competitive_tp_plans_are_ranked_when_runnable_only() -> None:
     tp = [r for r in ranking.ranked if r.candidate.plan.tp > 1]
     assert tp, [r.candidate.label for r in ranking.ranked]
     assert all(unrunnable(r.candidate.plan) is None for r in ranking.ranked)
-    assert tp[0].metrics.time_s < 1.15 * ranking.best.metrics.time_s
+    assert tp[0].metrics.time_s < 1.2 * ranking.best.metrics.time_s
