@@ -9,7 +9,8 @@ issue 30). Reported: per-layer forward and backward |error| against the profile 
 max over layers >= 1% of the model's time), the whole model's layer time, and the whole step
 of the three ``h100/train`` runs through ``predict`` against the measured step: from the
 model's own profile less its hooks (as ``predict`` prices it) and with them (before), learned
-from the other five, and from the calibrations.
+from the other five, and from the calibrations. Last, the profiles' own noise floor: each
+layer against the layers of equal work in the same profile and batch (:func:`twin_spread`).
 
     .venv/bin/python benchmarks/bench_transfer.py [GPU_TRUTH]   (default ../shared/gpu-truth)
 """
@@ -100,6 +101,25 @@ def layer_errors(
     return errors, whole
 
 
+def twin_spread(prof: Profile) -> list[float]:
+    """The profile's own noise: each significant pass of a layer against the median of the
+    layers with the same work in the same batch (a transformer's blocks, ResNet's repeated
+    blocks), |time / median - 1|. No model that prices equal work equally can beat it."""
+    graph = build_graph(ModelRef(name=prof.model, dataset=prof.dataset, dtype=prof.dtype))
+    keys = [(x.work, x.param_bytes, x.fwd_kernels, x.bwd_kernels) for x in graph.layers]
+    out: list[float] = []
+    for batch in prof.batches:
+        meas = np.array([[t.fwd.median_s, t.bwd.median_s] for t in batch.layers])
+        total = meas.sum()
+        for key in set(keys):
+            rows = meas[[i for i, k in enumerate(keys) if k == key]]
+            if len(rows) < 2:  # a layer alone has no twin
+                continue
+            spread = np.abs(rows / np.median(rows, axis=0) - 1.0)
+            out += list(spread[rows >= SIGNIFICANT * total])
+    return out
+
+
 def stats(errors: list[float]) -> str:
     e = np.array(errors)
     return f"{np.median(e):.1%} / {np.percentile(e, 90):.1%} / {e.max():.1%}"
@@ -160,6 +180,7 @@ def main(truth: Path) -> None:
           "calibrated per call (before): median / p90 / max | whole model |")  # fmt: skip
     print("|---|---|---|---|---|")
     every: dict[str, list[float]] = {"learned": [], "calibrated": []}
+    twins: list[float] = []
     for path in sorted((truth / "h100" / "profiles").glob("*.json")):
         prof = load_profile(path)
         store = leave_out_store(truth, prof.model)
@@ -172,9 +193,11 @@ def main(truth: Path) -> None:
             every[label] += errors
             cells += [stats(errors), ", ".join(whole)]
         shutil.rmtree(store)
+        twins += twin_spread(prof)
         print("| " + " | ".join(cells) + " |")
     for label, errors in every.items():
         print(f"\nall layers, {label}: median / p90 / max {stats(errors)} ({len(errors)} passes)")
+    print(f"\nnoise floor, layers against their twins: {stats(twins)} ({len(twins)} passes)")
     print("\n| train run | measured | own profile, less its hooks | own profile, hooks in "
           "(before) | learned | calibrated on stream | calibrated per call (before) |\n"
           "|---|---|---|---|---|---|---|")  # fmt: skip

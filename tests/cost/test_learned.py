@@ -138,3 +138,15 @@ def test_the_fit_recovers_a_slope() -> None:
         assert fit.seconds(s.class_s, s.kernels, s.backward, hooked=True) == pytest.approx(
             s.measured_s, rel=0.03
         )
+
+
+def test_memory_has_no_slope_to_stretch_past_the_layers_it_was_fitted_on() -> None:
+    # Samples whose memory class grows faster than its calibration (slope 0.3) and whose
+    # forward matmul grows more slowly (-0.2): the fit keeps memory's slope at 0 and still
+    # finds matmul's.
+    slopes = [0.0] * len(OP_CLASSES)
+    slopes[MEMORY], slopes[MATMUL] = 0.3, -0.2
+    truth = law(slopes=(tuple(slopes), tuple([0.0] * len(OP_CLASSES))))
+    fit = fit_classes(synthetic(truth, "a", 1) + synthetic(truth, "b", 2), "H100-SXM", "bf16")
+    assert fit.slopes[0][MEMORY] == fit.slopes[1][MEMORY] == 0.0
+    assert fit.slopes[0][MATMUL] == pytest.approx(-0.2, abs=0.05)

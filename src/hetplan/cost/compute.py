@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from hetplan.cluster.spec import Device
+from hetplan.cost.autocast_loss import with_autocast_loss
 from hetplan.cost.calibration import MEMORY_CLASS, Calibration, on_stream
 from hetplan.cost.op_classes import ClassRates, pass_time
 from hetplan.cost.roofline import roofline_time
@@ -223,7 +224,7 @@ class AnalyticalCompute:
         # Identical layers (a transformer's blocks) have equal work: each priced once.
         memo: dict[tuple[object, ...], tuple[float, float]] = {}
         out = []
-        for x in graph.layers:
+        for x in (with_autocast_loss(layer, graph.dtype) for layer in graph.layers):
             key = (x.work, x.param_bytes)
             hit = memo.get(key)
             if hit is None:

@@ -22,6 +22,7 @@ from typing import Protocol
 
 from hetplan.cluster.catalog import device_type
 from hetplan.cluster.spec import Device
+from hetplan.cost.autocast_loss import with_autocast_loss
 from hetplan.cost.compute import (
     BWD_WEIGHT_PASSES,
     CACHE_ENTRIES,
@@ -112,7 +113,7 @@ class LearnedCompute:
         # Identical layers (a transformer's blocks) have equal work: each priced once.
         memo: dict[tuple[object, ...], LayerCost] = {}
         out = []
-        for layer in graph.layers:
+        for layer in (with_autocast_loss(x, graph.dtype) for x in graph.layers):
             key = (layer.work, layer.param_bytes, layer.fwd_kernels, layer.bwd_kernels)
             cost = memo.get(key)
             if cost is None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from hetplan.cluster.catalog import device_type
 from hetplan.cluster.spec import Device
+from hetplan.cost.autocast_loss import with_autocast_loss
 from hetplan.cost.compute import SAME_RATE_DTYPE, AnalyticalCompute
 from hetplan.cost.learned import MIN_MODELS, ClassFit, LayerSample, fit_classes
 from hetplan.cost.learned_compute import class_vector, pass_kernels
@@ -68,7 +69,8 @@ def layer_samples(profile: Profile, analytical: AnalyticalCompute) -> list[Layer
     hooked = source_of(profile) == PROFILED
     out = []
     for batch in profile.batches:
-        for layer, timing in zip(graph.layers, batch.layers, strict=True):
+        layers = [with_autocast_loss(x, graph.dtype) for x in graph.layers]
+        for layer, timing in zip(layers, batch.layers, strict=True):
             for backward, stats in ((False, timing.fwd), (True, timing.bwd)):
                 out.append(
                     LayerSample(
@@ -83,9 +85,10 @@ def layer_samples(profile: Profile, analytical: AnalyticalCompute) -> list[Layer
     return out
 
 
-FIT_FORMAT = 3
+FIT_FORMAT = 4
 """The cached fits' form (2: with per-class slopes; 3: the profiler's hooks apart from the
-host's issue cost); a cache of another form is refitted."""
+host's issue cost; 4: the loss's autocast traffic, ``cost.autocast_loss``); a cache of another
+form is refitted."""
 
 
 def _sources(profiles: list[Profile]) -> list[str]:
