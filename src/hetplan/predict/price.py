@@ -35,6 +35,7 @@ from itertools import zip_longest
 
 from hetplan.cluster.spec import Cluster, Device
 from hetplan.cost import comm
+from hetplan.cost.bucket_cpu import flattened_parts, writeback_s
 from hetplan.cost.comm_buckets import first_bucket
 from hetplan.cost.comm_gloo import gloo_ps_phases
 from hetplan.cost.contention import concurrent_cluster
@@ -187,9 +188,8 @@ def price(
             if keep_last and not sync:
                 parts = (float(sum(last)),)
             if sync and not any(is_gpu(d.type) for d in devs):
-                shared = shared_core(parts, [b.duration_s for b in buckets[s]])
-                parts = shared.parts
-                on_core[s] = _longest(on_core[s], shared.allreduce_s)
+                parts, opt, allreduce_s = _on_cores(parts, opt, devs, buckets[s])
+                on_core[s] = _longest(on_core[s], allreduce_s)
             stages.append(
                 StageWork(
                     devices=tuple(stage.devices),
@@ -223,6 +223,17 @@ def price(
         layer_sources=tuple(sources),
         tp_bytes=tp_bytes,
     )
+
+
+def _on_cores(
+    parts: tuple[float, ...], opt_s: float, devs: Sequence[Device], buckets: list[SyncBucket]
+) -> tuple[tuple[float, ...], float, tuple[float, ...]]:
+    """A CPU stage's last backward parts, optimizer seconds and bucket all-reduce times once
+    the runtime's flattening and write-back (:mod:`hetplan.cost.bucket_cpu`) and the
+    all-reduces (:mod:`hetplan.predict.cpu_overlap`) take their turns on its cores."""
+    speed, sizes = min(d.speed for d in devs), [b.nbytes for b in buckets]
+    shared = shared_core(flattened_parts(parts, sizes, speed), [b.duration_s for b in buckets])
+    return shared.parts, opt_s + writeback_s(sizes, speed), shared.allreduce_s
 
 
 def _longest(a: Sequence[float], b: Sequence[float]) -> list[float]:
