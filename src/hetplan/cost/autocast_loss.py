@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from hetplan.cost.calibration import MEMORY_CLASS
 from hetplan.graph.types import LayerInfo, OpWork
 from hetplan.planspec.dtypes import DTYPE_BYTES, FP32_BYTES, is_mixed_precision
 
-MEMORY = "memory"
 FWD_FIXED_BYTES = 4 * FP32_BYTES
 """Bytes per logit of the forward's fp32 tensors (module doc): ``16 - 2 d`` more in all."""
 BWD_FIXED_BYTES = 6 * FP32_BYTES
@@ -60,12 +60,16 @@ def with_autocast_loss(layer: LayerInfo, dtype: str) -> LayerInfo:
     work = [*layer.work]
     for backward, nbytes in ((False, fwd), (True, bwd)):
         at = next(
-            (i for i, w in enumerate(work) if w.op_class == MEMORY and w.backward == backward),
+            (
+                i
+                for i, w in enumerate(work)
+                if w.op_class == MEMORY_CLASS and w.backward == backward
+            ),
             None,
         )
         if at is None:
             work.append(
-                OpWork(op_class=MEMORY, backward=backward, flops=0.0, io_bytes=0.0, kernels=0)
+                OpWork(op_class=MEMORY_CLASS, backward=backward, flops=0.0, io_bytes=0.0, kernels=0)
             )
             at = len(work) - 1
         w = work[at]
