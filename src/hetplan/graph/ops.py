@@ -166,8 +166,8 @@ slow by what bert-base's non-causal blocks taught (median, fp32)."""
 
 def attention_share(func: Any, args: Any, kwargs: dict[str, Any]) -> float:
     """The part of torch's FLOP count a fused attention op really computes: the causal share
-    for a ``scaled_dot_product`` kernel run with ``is_causal``; 1 for every other op."""
-    if "scaled_dot_product" not in func.name():
+    for an attention kernel run with ``is_causal``; 1 for every other op."""
+    if _kind(func) != "attention":
         return 1.0
     return CAUSAL_ATTENTION_SHARE if _bind(func, args, kwargs).get("is_causal") else 1.0
 
