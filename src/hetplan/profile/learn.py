@@ -67,9 +67,9 @@ def layer_samples(profile: Profile, analytical: AnalyticalCompute) -> list[Layer
     device = Device(id="learn.0", type=device_type(profile.device_type), node="learn", index=0)
     rates = analytical.class_rates(device)
     hooked = source_of(profile) == PROFILED
+    layers = [with_autocast_loss(x, graph.dtype) for x in graph.layers]
     out = []
     for batch in profile.batches:
-        layers = [with_autocast_loss(x, graph.dtype) for x in graph.layers]
         for layer, timing in zip(layers, batch.layers, strict=True):
             for backward, stats in ((False, timing.fwd), (True, timing.bwd)):
                 out.append(
