@@ -9,8 +9,9 @@ issue 30). Reported: per-layer forward and backward |error| against the profile 
 max over layers >= 1% of the model's time), the whole model's layer time, and the whole step
 of the three ``h100/train`` runs through ``predict`` against the measured step: from the
 model's own profile less its hooks (as ``predict`` prices it) and with them (before), learned
-from the other five, and from the calibrations. Last, the profiles' own noise floor: each
-layer against the layers of equal work in the same profile and batch (:func:`twin_spread`).
+from the other five, and from the calibrations. Last, the profiles' own noise: each layer
+against the layers of equal work in the same profile and batch (:func:`twin_spread`), and per
+dtype, how often a layer's measured time falls as its batch grows (:func:`batch_falls`).
 
     .venv/bin/python benchmarks/bench_transfer.py [GPU_TRUTH]   (default ../shared/gpu-truth)
 """
@@ -120,6 +121,22 @@ def twin_spread(prof: Profile) -> list[float]:
     return out
 
 
+def batch_falls(prof: Profile) -> tuple[int, int, list[float]]:
+    """Pairs of successive batch sizes of a significant layer pass, those where the measured
+    time *falls* as the batch grows, and by how much (``t_small / t_large - 1``). No model
+    whose time grows with the work can follow such a pair: a floor of another kind than
+    :func:`twin_spread`'s (GPU clocks, cuDNN's choice of algorithm per size, stalls)."""
+    meas = np.array([[[t.fwd.median_s, t.bwd.median_s] for t in b.layers] for b in prof.batches])
+    big = meas >= SIGNIFICANT * meas.sum(axis=(1, 2), keepdims=True)
+    pairs, falls = 0, []
+    for i in range(len(prof.batches) - 1):
+        seen = big[i] | big[i + 1]
+        pairs += int(seen.sum())
+        ratio = meas[i][seen] / meas[i + 1][seen]
+        falls += list(ratio[ratio > 1.0] - 1.0)
+    return pairs, len(falls), falls
+
+
 def stats(errors: list[float]) -> str:
     e = np.array(errors)
     return f"{np.median(e):.1%} / {np.percentile(e, 90):.1%} / {e.max():.1%}"
@@ -180,6 +197,8 @@ def main(truth: Path) -> None:
           "calibrated per call (before): median / p90 / max | whole model |")  # fmt: skip
     print("|---|---|---|---|---|")
     every: dict[str, list[float]] = {"learned": [], "calibrated": []}
+    by_dtype: dict[str, list[float]] = {}
+    falls: dict[str, list[int]] = {}
     twins: list[float] = []
     for path in sorted((truth / "h100" / "profiles").glob("*.json")):
         prof = load_profile(path)
@@ -191,12 +210,21 @@ def main(truth: Path) -> None:
         ):
             errors, whole = layer_errors(prof, compute)
             every[label] += errors
+            if label == "learned":
+                by_dtype.setdefault(prof.dtype, []).extend(errors)
             cells += [stats(errors), ", ".join(whole)]
         shutil.rmtree(store)
         twins += twin_spread(prof)
+        pairs, fell, _ = batch_falls(prof)
+        count = falls.setdefault(prof.dtype, [0, 0])
+        count[0], count[1] = count[0] + pairs, count[1] + fell
         print("| " + " | ".join(cells) + " |")
     for label, errors in every.items():
         print(f"\nall layers, {label}: median / p90 / max {stats(errors)} ({len(errors)} passes)")
+    for dtype, errors in sorted(by_dtype.items()):
+        pairs, fell = falls[dtype]
+        line = f"{dtype} layers, learned: median / p90 / max {stats(errors)} ({len(errors)} passes)"
+        print(f"\n{line}; measured time falls as the batch grows in {fell} of {pairs} pairs")
     print(f"\nnoise floor, layers against their twins: {stats(twins)} ({len(twins)} passes)")
     print("\n| train run | measured | own profile, less its hooks | own profile, hooks in "
           "(before) | learned | calibrated on stream | calibrated per call (before) |\n"

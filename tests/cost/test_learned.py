@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 
 import pytest
 
-from hetplan.cost.learned import ClassFit, LayerSample, fit_classes
+from hetplan.cost.learned import MIN_SLOPE, ClassFit, LayerSample, fit_classes
 from hetplan.graph.types import OP_CLASSES
 
 MATMUL, MEMORY = OP_CLASSES.index("matmul"), OP_CLASSES.index("memory")
@@ -150,3 +152,51 @@ def test_memory_has_no_slope_to_stretch_past_the_layers_it_was_fitted_on() -> No
     fit = fit_classes(synthetic(truth, "a", 1) + synthetic(truth, "b", 2), "H100-SXM", "bf16")
     assert fit.slopes[0][MEMORY] == fit.slopes[1][MEMORY] == 0.0
     assert fit.slopes[0][MATMUL] == pytest.approx(-0.2, abs=0.05)
+
+
+def flat(model: str, seed: int) -> list[LayerSample]:
+    """Samples whose forward matmul takes 200 us whatever its calibrated time (1 us .. 0.5 ms),
+    with no kernel to issue and no hooks: only the device term can explain them."""
+    out = []
+    for i in range(40):
+        mm = 1e-6 * (1 + (7 * i + seed) % 23) ** 2
+        c = tuple(classes(mm))
+        out.append(
+            LayerSample(
+                model=model, backward=False, class_s=c, kernels=0, measured_s=2e-4, hooked=False
+            )
+        )
+    return out
+
+
+def test_no_slope_makes_more_work_take_less_time() -> None:
+    # Flat times would be fitted best by a slope of -1 (time independent of work); the fit
+    # stops at MIN_SLOPE, and the priced time never falls as the class time grows.
+    fit = fit_classes(flat("a", 1) + flat("b", 2), "H100-SXM", "bf16")
+    assert fit.slopes[0][MATMUL] == pytest.approx(MIN_SLOPE, abs=1e-6)
+    sweep = [fit.seconds(classes(1e-7 * 2**k), 1, False) for k in range(20)]
+    assert all(b >= a for a, b in itertools.pairwise(sweep))
+
+
+def test_a_slope_is_held_at_the_edges_of_the_sizes_fitted() -> None:
+    # ``sloped`` (forward matmul x2, slope -0.2) fitted on 0.1 .. 0.4 ms: at 0.4 ms the factor
+    # is 2 x 0.4 ** -0.2; at 4 ms and 40 ms it stays that factor (linear in the class time),
+    # where the unbounded law would give 2 x 4 ** -0.2 and 2 x 40 ** -0.2; below 0.1 ms the
+    # factor of 0.1 ms holds. Hosts (50 + 10 us) are far below the device times here.
+    span = (1e-4, 4e-4)
+    spans = tuple((span if c == MATMUL else (0.0, 0.0)) for c in range(len(OP_CLASSES)))
+    fit = dataclasses.replace(sloped(), spans=(spans, spans))
+    edge = 2 * 0.4**-0.2
+    assert fit.seconds(classes(4e-4), 1, False) == pytest.approx(4e-4 * edge, rel=1e-3)
+    assert fit.seconds(classes(4e-3), 1, False) == pytest.approx(4e-3 * edge, rel=1e-3)
+    assert fit.seconds(classes(4e-2), 1, False) == pytest.approx(4e-2 * edge, rel=1e-3)
+    assert fit.seconds(classes(5e-5), 1, False) == pytest.approx(5e-5 * 2 * 0.1**-0.2, rel=0.05)
+
+
+def test_a_fit_records_the_sizes_it_saw() -> None:
+    samples = synthetic(sloped(), "a", 1) + synthetic(sloped(), "b", 2)
+    fit = fit_classes(samples, "H100-SXM", "bf16")
+    seen = [s.class_s[MATMUL] for s in samples if not s.backward]
+    assert fit.spans[0][MATMUL] == (min(seen), max(seen))
+    # No sample ran attention: no bounds for it.
+    assert fit.spans[0][OP_CLASSES.index("attention")] == (0.0, 0.0)

@@ -124,6 +124,7 @@ def test_the_fit_uses_the_other_models_and_a_models_own_profile_wins(
     fit = StoreFits(load_profiles(store), analytical, store).fit(GPU)
     assert fit is not None and fit.models == ("gpt-tiny", "resnet-tiny")
     assert fit_path(GPU, "fp32", store).is_file()  # cached for the next command
+    assert fit.spans and StoreFits(load_profiles(store), analytical, store).fit(GPU) == fit
     assert fit.hook_s == pytest.approx(truth().hook_s, rel=0.2)
     save_profile(lawful_profile(make_profile, "bert-tiny", None), store)
     graph = build_graph(ModelRef(name="bert-tiny", dtype="fp32"))

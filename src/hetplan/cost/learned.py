@@ -70,6 +70,13 @@ class are one operation shape; real layers' kernels grow faster or slower with t
 than the probe's curve says (cuDNN picks other algorithms for a network's large and small
 convolutions). Leave-one-out benchmark (``benchmarks/bench_transfer.py``, 2026-11-29): layer
 median |error| 17.2% without slopes; 15.5%, 14.8%, 15.8%, 17.6% with priors 0.3, 1, 3, 10."""
+MIN_SLOPE = -0.9
+"""Lowest slope a fit may take: a class's time ``T (T / REFERENCE_S) ** k`` never falls as its
+calibrated time grows only while ``k > -1``; -0.9 leaves 10x the work at least 1.26x the time.
+Unbounded, the bf16 fits of ``shared/gpu-truth`` took attention slopes of -1.2 to -1.3 (the
+host-bound, flat times of bf16 transformer blocks learned as device time), so a longer
+sequence was priced *faster* than a shorter one. Leave-one-out benchmark, layer median
+|error|: 13.2% unbounded, 13.6% at -0.9, 14.0% at -0.75, 15.6% at -0.5 (2026-11-30)."""
 MIN_MODELS = 2
 """Models a fit needs: one model's layers cannot separate its classes from its quirks."""
 
@@ -109,6 +116,12 @@ class ClassFit:
     )
     """Per pass, each class's exponent on its calibrated time: the class's factor is
     ``scale (T_c / REFERENCE_S) ** slope`` (0: one factor at every size)."""
+    spans: tuple[tuple[tuple[float, float], ...], ...] = ()
+    """Per pass, each class's smallest and largest calibrated time among the samples it was
+    fitted on: outside them a slope's factor is held at the edge's (:func:`_powered`), so a
+    model larger or smaller than every teacher is priced linearly from the nearest size seen,
+    not by a power law extrapolated past its data. Empty, or a class the samples never ran
+    (``(0, 0)``): no bounds."""
     samples: int
     median_error: float
     """Median |relative error| over the samples it was fitted on."""
@@ -116,8 +129,9 @@ class ClassFit:
     def terms(self, class_s: Sequence[float], kernels: int, backward: bool) -> tuple[float, float]:
         """One pass of a layer: its device time and its host time."""
         p = int(backward)
-        terms = zip(self.scales[p], self.slopes[p], class_s, strict=True)
-        device = sum(s * _powered(t, b) for s, b, t in terms)
+        spans = self.spans[p] if self.spans else ((0.0, 0.0),) * len(class_s)
+        terms = zip(self.scales[p], self.slopes[p], class_s, spans, strict=True)
+        device = sum(s * _powered(t, b, span) for s, b, t, span in terms)
         return device, self.kernel_s[p] * kernels
 
     def seconds(
@@ -142,9 +156,29 @@ class ClassFit:
 _N = len(OP_CLASSES)
 
 
-def _powered(t: float, slope: float) -> float:
-    """``t (t / REFERENCE_S) ** slope``: a class's calibrated time with its size correction."""
-    return t * (t / REFERENCE_S) ** slope if t > 0 else 0.0
+def _powered(t: float, slope: float, span: tuple[float, float] = (0.0, 0.0)) -> float:
+    """``t (t' / REFERENCE_S) ** slope``: a class's calibrated time with its size correction,
+    ``t'`` being ``t`` held inside ``span`` (the sizes the fit saw; ``(0, 0)``: any size)."""
+    if t <= 0:
+        return 0.0
+    held = min(max(t, span[0]), span[1]) if span[1] > 0 else t
+    return float(t * (held / REFERENCE_S) ** slope)
+
+
+Spans = tuple[tuple[tuple[float, float], ...], ...]
+
+
+def _spans(feats: FloatArray, p: npt.NDArray[np.int_]) -> Spans:
+    """Per pass and class, the smallest and largest positive calibrated time in ``feats``."""
+    out = []
+    for backward in (0, 1):
+        rows = feats[p == backward]
+        spans = []
+        for c in range(_N):
+            col = rows[:, c][rows[:, c] > 0] if len(rows) else rows[:, c]
+            spans.append((float(col.min()), float(col.max())) if len(col) else (0.0, 0.0))
+        out.append(tuple(spans))
+    return tuple(out)
 
 
 _SLOPED = np.array([c != MEMORY_CLASS for c in OP_CLASSES])
@@ -199,7 +233,10 @@ def fit_classes(samples: Sequence[LayerSample], device_type: str, dtype: str) ->
         priors = [SCALE_PRIOR * theta[: 2 * _N], SLOPE_PRIOR * theta[2 * _N + 4 :]]
         return np.concatenate([err, *priors])
 
-    sol = least_squares(residuals, start, loss="soft_l1", f_scale=ROBUST_LOG_ERROR)
+    lower = np.full(len(start), -np.inf)
+    lower[2 * _N + 4 :] = MIN_SLOPE
+    bounds = (lower, np.full(len(start), np.inf))
+    sol = least_squares(residuals, start, loss="soft_l1", f_scale=ROBUST_LOG_ERROR, bounds=bounds)
     theta = np.asarray(sol.x, dtype=np.float64)
     scales, hook_s, kernel_s, slopes = _unpack(theta)
     errors = np.abs(_predict(theta, feats, kernels, p, hooked) / np.exp(log_measured) - 1.0)
@@ -211,6 +248,7 @@ def fit_classes(samples: Sequence[LayerSample], device_type: str, dtype: str) ->
         kernel_s=(float(kernel_s[0]), float(kernel_s[1])),
         models=models,
         slopes=(tuple(map(float, slopes[0])), tuple(map(float, slopes[1]))),
+        spans=_spans(feats, p),
         samples=len(good),
         median_error=float(np.median(errors)) if len(errors) else math.nan,
     )

@@ -85,9 +85,10 @@ def layer_samples(profile: Profile, analytical: AnalyticalCompute) -> list[Layer
     return out
 
 
-FIT_FORMAT = 4
+FIT_FORMAT = 5
 """The cached fits' form (2: with per-class slopes; 3: the profiler's hooks apart from the
-host's issue cost; 4: the loss's autocast traffic, ``cost.autocast_loss``); a cache of another
+host's issue cost; 4: the loss's autocast traffic, ``cost.autocast_loss``; 5: slopes bounded
+below and held inside the sizes fitted, ``cost.learned``); a cache of another
 form is refitted."""
 
 
