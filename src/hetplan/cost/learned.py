@@ -10,12 +10,13 @@ correct it, class by class and pass by pass::
 ``T_c`` is the calibrated (or catalog) time of the layer's class-``c`` kernels on a stream
 (:func:`hetplan.cost.calibration.on_stream`), ``s_c`` the learned scale of that class in that
 pass, ``k_c`` its learned slope (how much faster or slower than the probes' curve the class
-grows with its size, :data:`SLOPE_PRIOR`), and the second term is the host: what issuing the
-layer's ``K`` kernels takes (framework dispatch and launch), which a GPU cannot beat however
-fast its kernels are. The two overlap (the host issues ahead while the device runs), hence a
-bound of both, not their sum: the p-norm (:data:`OVERLAP_P`), which is the larger of the two
-where one dominates and a little more where they are close (the queue then runs dry now and
-then). Unlike a hard max it gives the fit a gradient on both sides.
+grows with its size, :data:`SLOPE_PRIOR`; at least :data:`MIN_SLOPE`, the ratio's ``T_c`` held
+inside the sizes fitted: :attr:`ClassFit.spans`), and the second term is the host: what issuing
+the layer's ``K`` kernels takes (framework dispatch and launch), which a GPU cannot beat
+however fast its kernels are. The two overlap (the host issues ahead while the device runs),
+hence a bound of both, not their sum: the p-norm (:data:`OVERLAP_P`), which is the larger of
+the two where one dominates and a little more where they are close (the queue then runs dry now
+and then). Unlike a hard max it gives the fit a gradient on both sides.
 
 A profile's layer window holds more than the layer: ``hetplan profile``'s hooks read the
 allocator's statistics and record events at every window's edge, and in backward those reads
@@ -80,6 +81,9 @@ sequence was priced *faster* than a shorter one. Leave-one-out benchmark, layer 
 MIN_MODELS = 2
 """Models a fit needs: one model's layers cannot separate its classes from its quirks."""
 
+Spans = tuple[tuple[tuple[float, float], ...], ...]
+"""Per pass, per class of :data:`OP_CLASSES`: the smallest and largest calibrated time."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class LayerSample:
@@ -116,7 +120,7 @@ class ClassFit:
     )
     """Per pass, each class's exponent on its calibrated time: the class's factor is
     ``scale (T_c / REFERENCE_S) ** slope`` (0: one factor at every size)."""
-    spans: tuple[tuple[tuple[float, float], ...], ...] = ()
+    spans: Spans = ()
     """Per pass, each class's smallest and largest calibrated time among the samples it was
     fitted on: outside them a slope's factor is held at the edge's (:func:`_powered`), so a
     model larger or smaller than every teacher is priced linearly from the nearest size seen,
@@ -165,9 +169,6 @@ def _powered(t: float, slope: float, span: tuple[float, float] = (0.0, 0.0)) -> 
     return float(t * (held / REFERENCE_S) ** slope)
 
 
-Spans = tuple[tuple[tuple[float, float], ...], ...]
-
-
 def _spans(feats: FloatArray, p: npt.NDArray[np.int_]) -> Spans:
     """Per pass and class, the smallest and largest positive calibrated time in ``feats``."""
     out = []
@@ -175,7 +176,7 @@ def _spans(feats: FloatArray, p: npt.NDArray[np.int_]) -> Spans:
         rows = feats[p == backward]
         spans = []
         for c in range(_N):
-            col = rows[:, c][rows[:, c] > 0] if len(rows) else rows[:, c]
+            col = rows[:, c][rows[:, c] > 0]
             spans.append((float(col.min()), float(col.max())) if len(col) else (0.0, 0.0))
         out.append(tuple(spans))
     return tuple(out)
