@@ -11,7 +11,9 @@ families and batch) and prints the new pick beside the run's, with the run's mea
 the plan the new pick equals, if any.
 
 Run: ``.venv/bin/python benchmarks/bench_repredict.py out/bench27/results.json STORE
-[--json OUT] [--picks]`` (STORE: the ``HETPLAN_PROFILE_DIR`` the run used).
+[--json OUT] [--picks] [--clusters DIR]`` (STORE: the ``HETPLAN_PROFILE_DIR`` the run used;
+DIR: cluster files to price on instead of ``examples/clusters``, e.g. with links that
+``hetplan profile-links`` measured on the machine of the run).
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ from hetplan.serde import from_data, to_data
 ROOT = Path(__file__).resolve().parent.parent
 
 
+CLUSTERS = [ROOT / "examples" / "clusters"]
+"""Folder of the cluster files the cases are priced on (``--clusters``; default the examples,
+as the suite ran them)."""
+
+
 def family(case: dict[str, Any]) -> str:
     plan = case["plan"]
     if case["strategy"] != "planner":
@@ -59,7 +66,7 @@ def predictions(results: Path, store: Path) -> Iterator[tuple[dict[str, Any], Pr
             graphs[key] = (graph, compute_model(graph.dtype, directory=store))
         name = case["cluster"]
         if name not in clusters:
-            clusters[name] = load_cluster(cluster_path(name, ROOT / "examples" / "clusters"))
+            clusters[name] = load_cluster(cluster_path(name, CLUSTERS[0]))
         graph, compute = graphs[key]
         yield case, predict(plan, graph, clusters[name], compute)
 
@@ -120,7 +127,7 @@ def picks(results: Path, store: Path) -> None:
         plan = from_data(Plan, case["plan"], str(results))
         graph = build_graph(ModelRef(name=plan.model.name, dataset=plan.model.dataset))
         compute = compute_model(graph.dtype, directory=store)
-        cluster = load_cluster(cluster_path(case["cluster"], ROOT / "examples" / "clusters"))
+        cluster = load_cluster(cluster_path(case["cluster"], CLUSTERS[0]))
         found = planner_pick(
             plan.model, graph, cluster, compute, plan.global_batch, run_check=False
         )
@@ -149,7 +156,10 @@ def main() -> None:
     ap.add_argument("store", type=Path)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--picks", action="store_true")
+    ap.add_argument("--clusters", type=Path, default=None, help="cluster files' folder")
     args = ap.parse_args()
+    if args.clusters is not None:
+        CLUSTERS[0] = args.clusters
     rows = repredict(args.results, args.store)
     for r in rows:
         print(

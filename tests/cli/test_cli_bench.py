@@ -1,5 +1,5 @@
-"""``hetplan bench`` end to end: one tiny model, 2 ranks, one timed step in each of two
-interleaved rounds (real processes)."""
+"""``hetplan bench`` end to end: the cluster's links measured, then one tiny model, 2 ranks,
+one timed step in each of two interleaved rounds (real processes)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hetplan.cli.main import main
+from hetplan.cluster.config import load_cluster_config
 from hetplan.predict.error_bars import load_history
 from hetplan.profile.store import load_profile
 
@@ -38,6 +39,12 @@ def test_bench_tiny_case_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert len(data["selections"]) == 1
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
     assert (out / "scatter.png").is_file()
+    # the links measured here first (two real ranks), and the cases priced on that copy
+    measured = load_cluster_config(out / "clusters" / "local-cpu.yaml")
+    (pair,) = measured.pairs
+    assert pair.link.bandwidth_GBps is not None and pair.link.bandwidth_GBps > 0
+    notes = json.loads((out / "results.json").read_text())["notes"]
+    assert [n for n in notes if n.startswith("links: local-cpu: pairs ")]
     # profiled into the store before the cluster's runs and again after them, merged
     (stored,) = (tmp_path / "profiles").glob("*.json")
     profile = load_profile(stored)

@@ -104,6 +104,14 @@ def bench_cmd(
         Path | None,
         typer.Option("--from-results", help="Re-render the report of a results.json (no run)."),
     ] = None,
+    measure_links: Annotated[
+        bool,
+        typer.Option(
+            help="Measure each cluster's links here first (as profile-links) and run and price "
+            "the cases on the measured copies (OUT/clusters); --no-measure-links keeps the "
+            "files' figures."
+        ),
+    ] = True,
 ) -> None:
     """Run the validation suite on this machine and write report.md / report.html."""
     from hetplan.bench.runner import run_suite
@@ -138,8 +146,18 @@ def bench_cmd(
         if not as_json:
             console.print(f"[dim]{msg}[/dim]")
 
+    notes: list[str] = []
+    if measure_links:
+        from hetplan.bench.links import measure_suite_links
+
+        progress(f"measuring the links of {', '.join(config.clusters)}")
+        measured, notes = measure_suite_links(config.clusters, config.cluster_dir, out)
+        config = dataclasses.replace(config, cluster_dir=measured)
+        for line in notes:
+            progress(line)
     sizes = () if quick else PLANNER_SIZES_FULL
     result = run_suite(config, profile_dir=profile_dir, progress=progress, planner_sizes=sizes)
+    result.notes += [f"links: {line}" for line in notes]
     result.quick = quick
     result.command = shlex.join(["hetplan", *sys.argv[1:]])
     out.mkdir(parents=True, exist_ok=True)
