@@ -12,8 +12,9 @@ the plan the new pick equals, if any.
 
 Run: ``.venv/bin/python benchmarks/bench_repredict.py out/bench27/results.json STORE
 [--json OUT] [--picks] [--clusters DIR]`` (STORE: the ``HETPLAN_PROFILE_DIR`` the run used;
-DIR: cluster files to price on instead of ``examples/clusters``, e.g. with links that
-``hetplan profile-links`` measured on the machine of the run).
+DIR: cluster files to price on; default the run's own measured copies, ``clusters/`` beside
+its results, where it has them (``hetplan bench`` measures each cluster's links), else
+``examples/clusters``).
 """
 
 from __future__ import annotations
@@ -160,6 +161,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.clusters is not None:
         CLUSTERS[0] = args.clusters
+    elif (args.results.parent / "clusters").is_dir():  # the links the run measured
+        CLUSTERS[0] = args.results.parent / "clusters"
     rows = repredict(args.results, args.store)
     for r in rows:
         print(
