@@ -77,7 +77,8 @@ calibrated time grows only while ``k > -1``; -0.9 leaves 10x the work at least 1
 Unbounded, the bf16 fits of ``shared/gpu-truth`` took attention slopes of -1.2 to -1.3 (the
 host-bound, flat times of bf16 transformer blocks learned as device time), so a longer
 sequence was priced *faster* than a shorter one. Leave-one-out benchmark, layer median
-|error|: 13.2% unbounded, 13.6% at -0.9, 14.0% at -0.75, 15.6% at -0.5 (2026-11-30)."""
+|error| without :attr:`ClassFit.spans`: 13.2% unbounded, 13.6% at -0.9, 14.0% at -0.75, 15.6%
+at -0.5; 13.5% at -0.9 with them (2026-11-30)."""
 MIN_MODELS = 2
 """Models a fit needs: one model's layers cannot separate its classes from its quirks."""
 
