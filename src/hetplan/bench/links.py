@@ -20,14 +20,12 @@ from hetplan.bench.suite import cluster_path
 from hetplan.cluster import Cluster
 from hetplan.cluster.config import load_cluster, load_cluster_config, write_cluster_config
 from hetplan.profile.link_config import apply_report, benchmark_links
-from hetplan.profile.links import DEFAULT_SIZES, LinkBenchSettings, LinkReport
+from hetplan.profile.links import LinkBenchSettings, LinkReport
 from hetplan.run.launch.spawn import launch_local
 
 CLUSTERS_DIR = "clusters"
 """Folder of the suite's output that holds the measured cluster files."""
-LINK_SETTINGS = LinkBenchSettings(
-    sizes=DEFAULT_SIZES, warmup=2, iters=10, allreduce=True, statistic="median"
-)
+LINK_SETTINGS = LinkBenchSettings()
 """``hetplan profile-links``' defaults (10 timed repetitions a size; with 20, the three local
 clusters took 13, 26 and 17 s on the 2-core machine, 2026-11-30)."""
 LINK_TIMEOUT_S = 300.0
