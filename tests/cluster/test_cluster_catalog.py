@@ -33,8 +33,8 @@ def test_device_entry_is_sane(name: str) -> None:
 
 def test_tf32_only_on_ampere_and_newer() -> None:
     with_tf32 = {n for n, dt in DEVICE_CATALOG.items() if "tf32" in dt.peak_flops}
-    assert with_tf32 == {"A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "RTX3090",
-                         "RTX4090", "L4", "A10G"}  # fmt: skip
+    assert with_tf32 == {"A100-40GB", "A100-80GB", "H100-SXM", "H100-PCIe", "GH200",
+                         "RTX3090", "RTX4090", "L4", "A10G"}  # fmt: skip
 
 
 def test_spot_figures_from_datasheets() -> None:

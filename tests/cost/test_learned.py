@@ -6,9 +6,10 @@ import dataclasses
 import itertools
 import math
 
+import numpy as np
 import pytest
 
-from hetplan.cost.learned import MIN_SLOPE, ClassFit, LayerSample, fit_classes
+from hetplan.cost.learned import MIN_SLOPE, OVERLAP_P, ClassFit, LayerSample, fit_classes, overlap
 from hetplan.graph.types import OP_CLASSES
 
 MATMUL, MEMORY = OP_CLASSES.index("matmul"), OP_CLASSES.index("memory")
@@ -200,3 +201,13 @@ def test_a_fit_records_the_sizes_it_saw() -> None:
     assert fit.spans[0][MATMUL] == (min(seen), max(seen))
     # No sample ran attention: no bounds for it.
     assert fit.spans[0][OP_CLASSES.index("attention")] == (0.0, 0.0)
+
+
+def test_the_host_device_bound_survives_a_fits_extreme_trials() -> None:
+    """The p-norm taken after scaling by the larger term: 1e60 s (a fit's trial of extreme
+    slopes) would overflow its sixth power; equal terms give 2^(1/p) of either."""
+    with np.errstate(over="raise"):
+        got = overlap(np.array([1e60, 1e-3, 0.0]), np.array([1.0, 1e-3, 0.0]))
+    assert got[0] == pytest.approx(1e60)
+    assert got[1] == pytest.approx(1e-3 * 2 ** (1 / OVERLAP_P))
+    assert got[2] == 0.0

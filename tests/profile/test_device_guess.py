@@ -19,6 +19,8 @@ NAMES = {
     "NVIDIA L4": "L4",
     "NVIDIA GeForce RTX 3090": "RTX3090",
     "NVIDIA TITAN RTX": "TitanRTX",
+    "NVIDIA GeForce RTX 2080 Ti": "RTX2080-Ti",
+    "NVIDIA GH200 480GB": "GH200",
     "NVIDIA A10G": "A10G",
 }
 
@@ -28,6 +30,8 @@ def test_known_boards(name: str, want: str) -> None:
     assert guess_device_type(name) == want
 
 
-@pytest.mark.parametrize("name", ["NVIDIA H100 NVL", "NVIDIA L40S", "Quadro RTX 8000"])
+@pytest.mark.parametrize(
+    "name", ["NVIDIA H100 NVL", "NVIDIA L40S", "Quadro RTX 8000", "NVIDIA GeForce RTX 2080"]
+)
 def test_boards_not_in_the_catalog_are_not_guessed(name: str) -> None:
     assert guess_device_type(name) is None  # an L40S is no L4, an H100 NVL no SXM board

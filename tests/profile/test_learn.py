@@ -170,3 +170,59 @@ def test_fp16_learns_from_bf16_profiles_where_the_peaks_are_equal(
     t4 = Device(id="t.0", type=device_type("T4"), node="t", index=0)  # fp16 8x bf16 on a T4
     on_t4 = compute_model("fp16", directory=tmp_path).layer_costs(graph, t4, 16)
     assert {c.source for c in on_t4} == {f"learned on {GPU}, scaled to T4 by specs"}
+
+
+def _as_type(profile: Profile, kind: str) -> Profile:
+    return dataclasses.replace(profile, device_type=kind)
+
+
+def test_a_measured_model_is_scaled_by_one_basis_where_its_target_has_no_fit(
+    store: Path, make_profile: ProfileFactory
+) -> None:
+    """bert-tiny profiled on the H100 alone, priced on a T4 (no data) beside an A100 that has
+    a fit of its own: the ratio is the catalog's T4 / H100, layer by layer, not the A100's fit
+    scaled to the T4 over the H100's fit (which put the two fits' difference into it)."""
+    for name, dataset in TEACHERS:
+        teacher = lawful_profile(make_profile, name, dataset)
+        slow = dataclasses.replace(
+            teacher,
+            batches=tuple(
+                dataclasses.replace(b, layers=tuple(
+                    dataclasses.replace(t, fwd=_times(t.fwd, 3.0), bwd=_times(t.bwd, 3.0))
+                    for t in b.layers
+                ))
+                for b in teacher.batches
+            ),
+        )  # fmt: skip
+        save_profile(_as_type(slow, "A100-40GB"), store)
+    save_profile(lawful_profile(make_profile, "bert-tiny", None), store)
+    graph = build_graph(ModelRef(name="bert-tiny", dtype="fp32"))
+    t4 = Device(id="t.0", type=device_type("T4"), node="t", index=0)
+    model = compute_model("fp32", directory=store)
+    on_t4, on_h100 = model.layer_costs(graph, t4, 16), model.layer_costs(graph, gpu(), 16)
+    assert {c.source for c in on_t4} == {f"scaled from {GPU}"}
+    ana = AnalyticalCompute("fp32")
+    for t, h, rt, rh in zip(on_t4, on_h100, ana.layer_costs(graph, t4, 16),
+                            ana.layer_costs(graph, gpu(), 16), strict=True):  # fmt: skip
+        assert t.fwd_s / h.fwd_s == pytest.approx(rt.fwd_s / rh.fwd_s, rel=1e-9)
+        assert t.bwd_s / h.bwd_s == pytest.approx(rt.bwd_s / rh.bwd_s, rel=1e-9)
+
+
+def _times(stats: Stats, factor: float) -> Stats:
+    return Stats(
+        median_s=stats.median_s * factor, p10_s=stats.p10_s * factor, p90_s=stats.p90_s * factor
+    )
+
+
+def test_an_unmeasured_gpu_is_scaled_from_the_nearest_fitted_type(
+    store: Path, make_profile: ProfileFactory
+) -> None:
+    """Fits on an A100 (first by name) and on a T4: a P40 (12 TFLOP/s, 346 GB/s) is priced
+    from the T4 (8.1, 320), whose analytical time of the model is nearer its own."""
+    for name, dataset in TEACHERS:
+        save_profile(_as_type(lawful_profile(make_profile, name, dataset), "T4"), store)
+        save_profile(_as_type(lawful_profile(make_profile, name, dataset), "A100-40GB"), store)
+    graph = build_graph(ModelRef(name="bert-tiny", dtype="fp32"))
+    p40 = Device(id="p.0", type=device_type("P40"), node="p", index=0)
+    costs = compute_model("fp32", directory=store).layer_costs(graph, p40, 16)
+    assert {c.source for c in costs} == {"learned on T4, scaled to P40 by specs"}

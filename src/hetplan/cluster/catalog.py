@@ -99,6 +99,11 @@ _ENTRIES = [
     # Same datasheet, H100 PCIe: 51 FP32, 378 TF32, 756 FP16/BF16 dense, 2.0 TB/s, 350 W.
     _dev("H100-PCIe", fp32=51, tf32=378, fp16=756, bf16=756, mem_gib=80, bw_gbps=2000,
          max_w=350, idle_frac=_DC, source="NVIDIA H100 datasheet 2023 (PCIe)"),
+    # NVIDIA GH200 Grace Hopper Superchip datasheet (2023), its H100 GPU: 67 FP32, 494 TF32,
+    # 990 FP16/BF16 dense, 96 GB HBM3 at 4.0 TB/s; the superchip's module power is
+    # configurable from 450 to 1000 W (CPU and memory included): the top of that range.
+    _dev("GH200", fp32=67, tf32=494, fp16=990, bf16=990, mem_gib=96, bw_gbps=4000,
+         max_w=1000, idle_frac=_DC, source="NVIDIA GH200 Grace Hopper Superchip datasheet 2023"),
     # NVIDIA T4 datasheet (2019): 8.1 FP32, 65 FP16 mixed, 16 GB GDDR6 320 GB/s, 70 W.
     # Price: g4dn.xlarge $0.526/h.
     _dev("T4", fp32=8.1, fp16=65, mem_gib=16, bw_gbps=320, max_w=70, idle_frac=_P8,
@@ -114,6 +119,10 @@ _ENTRIES = [
     # with FP32 accumulate (full rate on TITAN), 24 GB GDDR6 672 GB/s, 280 W.
     _dev("TitanRTX", fp32=16.3, fp16=130, mem_gib=24, bw_gbps=672, max_w=280, idle_frac=_P8,
          source="NVIDIA Turing whitepaper 2018 (TITAN RTX)"),
+    # NVIDIA Turing whitepaper (2018), RTX 2080 Ti (reference clocks): 13.4 FP32, 53.8 FP16
+    # tensor with FP32 accumulate (GeForce half rate), 11 GB GDDR6 616 GB/s, 250 W.
+    _dev("RTX2080-Ti", fp32=13.4, fp16=53.8, mem_gib=11, bw_gbps=616, max_w=250,
+         idle_frac=_P8, source="NVIDIA Turing whitepaper 2018 (RTX 2080 Ti)"),
     # NVIDIA Ampere GA102 whitepaper (2020), RTX 3090: 35.6 FP32, 35.6 TF32, 71 FP16/BF16
     # tensor with FP32 accumulate (GeForce half rate), 24 GB GDDR6X 936 GB/s, 350 W.
     _dev("RTX3090", fp32=35.6, tf32=35.6, fp16=71, bf16=71, mem_gib=24, bw_gbps=936,

@@ -27,6 +27,7 @@ INTRA_LINKS: dict[str, str] = {
     "A100-40GB": "NVLink3",
     "A100-80GB": "NVLink3",
     "H100-SXM": "NVLink4",
+    "GH200": "NVLink4",  # four superchips a node, NVLink 4 between their GPUs
     # PCIe cards talk over the host bus at their own generation (vendor spec sheets):
     "H100-PCIe": "PCIe5x16",  # PCIe Gen5 x16
     "RTX3090": "PCIe4x16",  # Ampere GeForce: Gen4
@@ -37,6 +38,7 @@ INTRA_LINKS: dict[str, str] = {
     "P100": "PCIe3x16",
     "P40": "PCIe3x16",
     "TitanRTX": "PCIe3x16",
+    "RTX2080-Ti": "PCIe3x16",
     "GTX1050": "PCIe3x16",
     # Processes on one host talk through the loopback (as the example CPU clusters do).
     "cpu": "shm",

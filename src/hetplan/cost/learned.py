@@ -209,8 +209,16 @@ def _predict(
     powered = np.where(feats > 0, feats * (safe / REFERENCE_S) ** slopes[p], 0.0)
     device = (powered * scales[p]).sum(axis=1)
     host = kernel_s[p] * kernels
-    out: FloatArray = (device**OVERLAP_P + host**OVERLAP_P) ** (1.0 / OVERLAP_P)
-    return out + hooked * hook_s[p]
+    return overlap(device, host) + hooked * hook_s[p]
+
+
+def overlap(device: FloatArray, host: FloatArray) -> FloatArray:
+    """The host/device bound ``||(device, host)||_p`` (:data:`OVERLAP_P`), scaled by the larger
+    of the two first: a fit's trial of extreme slopes overflows the plain powers."""
+    top = np.maximum(np.maximum(device, host), np.finfo(np.float64).tiny)
+    norm = ((device / top) ** OVERLAP_P + (host / top) ** OVERLAP_P) ** (1.0 / OVERLAP_P)
+    out: FloatArray = top * norm
+    return out
 
 
 def fit_classes(samples: Sequence[LayerSample], device_type: str, dtype: str) -> ClassFit:

@@ -5,8 +5,9 @@ Per device (issue 30, items 3 and 4):
 1. its type has a :class:`~hetplan.cost.learned.ClassFit` in the dtype (profiles of other
    models on it): each layer's calibrated class times through the fit, source ``learned on
    <type> from <n> models``;
-2. else, a GPU whose type has no data and a GPU type that has a fit: that type's learned times
-   times the catalog's ratio of the two types, layer by layer (peak per dtype and memory
+2. else, a GPU whose type has no data and a GPU type that has a fit: the fitted type nearest
+   it (by its analytical time of the model), its learned times times the catalog's ratio of
+   the two types, layer by layer (peak per dtype and memory
    bandwidth through the roofline, as Habitat scales across GPUs; the host side is kept as
    learned), source ``learned on <ref>, scaled to <type> by specs``;
 3. else the analytical model (calibrated or catalog) as before.
@@ -18,6 +19,7 @@ from the profile store, lazily: a command that never prices such a device fits n
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Protocol
 
 from hetplan.cluster.catalog import device_type
@@ -56,15 +58,24 @@ class LearnedCompute:
         self.fits = fits
         self._costs: dict[tuple[object, ...], tuple[ModelGraph, list[LayerCost]]] = {}
 
-    def _reference(self, device: Device) -> ClassFit | None:
-        """A fitted GPU type to scale an unfitted GPU from (the first, by name)."""
+    def _reference(self, graph: ModelGraph, device: Device, batch: float) -> ClassFit | None:
+        """The fitted GPU type to scale an unfitted GPU from: the one whose analytical time
+        of this model is nearest the device's (ties by name). Taken as the first by name,
+        the A100 priced the RTX 3090 from the same models' profiles 52% off where the RTX
+        2080 Ti did 5% (``benchmarks/bench_gpu_types.py --pairs``)."""
         if device.type.is_cpu:
             return None
+        mine = self.analytical.layer_costs(graph, device, batch)
+        best: tuple[float, ClassFit] | None = None
         for name in sorted(self.fits.types()):
-            fit = self.fits.fit(name) if name != device.type.name else None
-            if fit is not None and not _is_cpu_type(name):
-                return fit
-        return None
+            fit = None if name == device.type.name or _is_cpu_type(name) else self.fits.fit(name)
+            if fit is None:
+                continue
+            ref_dev = dataclasses.replace(device, type=device_type(name), speed=1.0)
+            gap = log_distance(mine, self.analytical.layer_costs(graph, ref_dev, batch))
+            if best is None or gap < best[0]:
+                best = (gap, fit)
+        return None if best is None else best[1]
 
     def layer_costs(self, graph: ModelGraph, device: Device, batch: float) -> list[LayerCost]:
         key = (id(graph), device.type.name, device.speed, device.cpus, batch)
@@ -83,10 +94,29 @@ class LearnedCompute:
         fit = self.fits.fit(device.type.name)
         if fit is not None:
             return self.learned(graph, device, batch, fit)
-        ref = self._reference(device)
+        ref = self._reference(graph, device, batch)
         if ref is None:
             return self.analytical.layer_costs(graph, device, batch)
         return self._scaled(graph, device, batch, ref)
+
+    def pair_costs(
+        self, graph: ModelGraph, device: Device, ref: Device, batch: float
+    ) -> tuple[list[LayerCost], list[LayerCost]]:
+        """``device``'s and ``ref``'s layer times on one basis, for a measured profile's
+        scaling from ``ref`` to ``device``: each from its own type's fit where both types
+        have one, else both analytically. A fit on one side and the other priced through
+        some third type's fit would put the two fits' difference into the ratio: with six
+        GPU types in one store, that took ``scaled from`` forward errors from 3-5% (RTX 2080
+        Ti and RTX 3090, each from the other alone) to 94% (``benchmarks/bench_gpu_types.py``)."""
+        if self._fitted(device) and self._fitted(ref):
+            return self.layer_costs(graph, device, batch), self.layer_costs(graph, ref, batch)
+        analytical = self.analytical
+        return analytical.layer_costs(graph, device, batch), analytical.layer_costs(
+            graph, ref, batch
+        )
+
+    def _fitted(self, device: Device) -> bool:
+        return not device.type.is_cpu and self.fits.fit(device.type.name) is not None
 
     def hook_s(self, device_type: str) -> tuple[float, float] | None:
         """Per pass (forward, backward), what ``hetplan profile``'s hooks add to each layer
@@ -159,6 +189,15 @@ def class_vector(layer: LayerInfo, backward: bool, batch: float, rates: ClassRat
 def pass_kernels(layer: LayerInfo, backward: bool) -> int:
     """Kernels the layer launches in one pass (the fit's ``K``)."""
     return layer.bwd_kernels if backward else layer.fwd_kernels
+
+
+def log_distance(a: list[LayerCost], b: list[LayerCost]) -> float:
+    """How far apart two devices are for a model: |log| of their total-time ratio."""
+    ta = sum(c.fwd_s + c.bwd_s for c in a)
+    tb = sum(c.fwd_s + c.bwd_s for c in b)
+    if ta <= 0 or tb <= 0:
+        return math.inf
+    return abs(math.log(ta / tb))
 
 
 def _ratio(num: float, den: float) -> float:

@@ -25,12 +25,12 @@ count to ``n``; the source names both (``measured on cpu (1 thread, scaled to 6 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 
 from hetplan.cluster.catalog import device_type
 from hetplan.cluster.spec import Device, DeviceType
 from hetplan.cost.compute import CACHE_ENTRIES, AnalyticalCompute
+from hetplan.cost.learned_compute import LearnedCompute, log_distance
 from hetplan.cost.threads import (
     device_threads,
     known_threads,
@@ -231,14 +231,15 @@ class MeasuredCompute:
         refs: list[tuple[Profile, DeviceType]],
     ) -> list[LayerCost]:
         fallback = self.fallback_for(graph)
-        # Analytical times at full speed; the speed share is applied once, at the end.
-        target = fallback.layer_costs(graph, dataclasses.replace(device, speed=1.0), batch)
+        # Model times at full speed; the speed share is applied once, at the end.
+        full = dataclasses.replace(device, speed=1.0)
         options = []
         for profile, ref_type in refs:
             ref_dev = _as_profiled(device, ref_type, profile)
-            ref = fallback.layer_costs(graph, ref_dev, batch)
-            options.append((_log_distance(target, ref), profile, ref, device_threads(ref_dev)))
-        _, profile, ref, ref_threads = min(options, key=lambda o: (o[0], o[1].device_type))
+            target, ref = _pair(fallback, graph, full, ref_dev, batch)
+            distance = log_distance(target, ref)
+            options.append((distance, profile, target, ref, device_threads(ref_dev)))
+        _, profile, target, ref, ref_threads = min(options, key=lambda o: (o[0], o[1].device_type))
         base = self._measured(profile, graph, batch, 1.0)
         fwd_total = _ratio(sum(c.fwd_s for c in target), sum(c.fwd_s for c in ref), 1.0)
         bwd_total = _ratio(sum(c.bwd_s for c in target), sum(c.bwd_s for c in ref), 1.0)
@@ -274,6 +275,16 @@ class MeasuredCompute:
         """The optimizer whose step the device type's profile timed (None: no profile)."""
         hit = self.own_profile(graph, device)
         return hit[0].optimizer if hit is not None else None
+
+
+def _pair(
+    fallback: ComputeModel, graph: ModelGraph, device: Device, ref: Device, batch: float
+) -> tuple[list[LayerCost], list[LayerCost]]:
+    """``device``'s and ``ref``'s times on one basis, for their ratio (a learned fallback
+    prices both from their own fits or both analytically: :meth:`LearnedCompute.pair_costs`)."""
+    if isinstance(fallback, LearnedCompute):
+        return fallback.pair_costs(graph, device, ref, batch)
+    return fallback.layer_costs(graph, device, batch), fallback.layer_costs(graph, ref, batch)
 
 
 def _as_profiled(device: Device, ref_type: DeviceType, profile: Profile) -> Device:
@@ -320,12 +331,3 @@ def _measured_costs(
 def _ratio(num: float, den: float, default: float) -> float:
     """``num / den``, or ``default`` where the reference cost is zero."""
     return num / den if den > 0 else default
-
-
-def _log_distance(a: list[LayerCost], b: list[LayerCost]) -> float:
-    """How far apart two devices are for this model (|log| of the total-time ratio)."""
-    ta = sum(c.fwd_s + c.bwd_s for c in a)
-    tb = sum(c.fwd_s + c.bwd_s for c in b)
-    if ta <= 0 or tb <= 0:
-        return math.inf
-    return abs(math.log(ta / tb))

@@ -1,0 +1,265 @@
+"""Pricing a GPU type nobody measured from another one: public profiles of six GPU types.
+
+No GPU needed. Data: ``benchmarks/data/sailor_aceso_layers.csv`` (written by
+``scripts/sailor_aceso.py`` from Sailor's repository, github.com/eth-easl/sailor, MIT licence,
+ETH Zurich): three GPT-style models (OPT-350, GPT-Neo-2.7, OPT-30 at sequence 2048, Megatron-LM
+layers) timed by Aceso's operator profiler on A100-40, GH200 (96 GB), V100-16, RTX 3090,
+TITAN RTX and RTX 2080 Ti, micro-batches 1-8. Each model's rows are imported into a hetplan
+store as the zoo's ``gpt`` of the same shape (``hetplan import-profile``'s reader), one profile
+per GPU type; every type is then priced from stores that hold *no data of that type*:
+
+* **own profile elsewhere**: the model's own profiles on the other types (``predict``'s path:
+  ``scaled from <type>``, :class:`hetplan.profile.measured.MeasuredCompute`);
+* **never profiled**: the other two models' profiles on the other types (``learned on <ref>,
+  scaled to <type> by specs``, :class:`hetplan.cost.learned_compute.LearnedCompute`);
+* **catalog**: the spec-sheet roofline alone;
+* **same type, other models** (not a transfer, for scale): the type's own profiles of the two
+  other models (``learned on <type>``).
+
+Reported: |error| of each layer's forward (embedding, one transformer block, head and loss)
+against the target type's measured time, median / p90 / max over models, micro-batches and
+layers; the whole forward per model; and, per pair of types, the block's forward error when
+one type alone is the reference. Backward times are reported apart: Aceso's profiler takes the
+gradients of an op's *inputs* only (``torch.autograd.grad(..., inputs=activations)``), so its
+backward leaves out the weight gradients; it is the same work on every type, so the transfer
+is still a fair test, but not a training step's backward.
+
+fp16 by default. Aceso's fp32 runs on A100 and GH200 used TF32 matrix multiplies (85-199
+TFLOP/s on OPT-30's block, above either part's FP32 peak), Megatron's default and not torch's:
+``--dtype fp32`` prices them against the FP32 peak all the same, and says so.
+
+    .venv/bin/python benchmarks/bench_gpu_types.py [--dtype fp16|fp32] [--data CSV]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from hetplan.cluster import Device, device_type
+from hetplan.cost.compute import AnalyticalCompute
+from hetplan.cost.types import ComputeModel
+from hetplan.graph import build_graph
+from hetplan.graph.types import ModelGraph
+from hetplan.planspec import ModelRef
+from hetplan.profile.importer import import_file
+from hetplan.profile.select import compute_model
+from hetplan.profile.store import save_profile
+from hetplan.profile.types import Profile
+
+DATA = Path(__file__).resolve().parent / "data" / "sailor_aceso_layers.csv"
+MODELS = {
+    "OPT-350": "gpt:layers=24,hidden=1024,heads=16,seq=2048,vocab=50272",
+    "GPT-Neo-2.7": "gpt:layers=32,hidden=2560,heads=32,seq=2048,vocab=128256",
+    "OPT-30": "gpt:layers=48,hidden=7168,heads=56,seq=2048,vocab=50272",
+}
+"""Sailor's model names -> the zoo's ``gpt`` of their shapes (Sailor's training configs and
+Aceso's ``model_configs.py``: layers, hidden, heads, sequence 2048, vocabulary)."""
+GPUS = {
+    "A100-40": "A100-40GB",
+    "GH-96": "GH200",
+    "V100-16": "V100-16GB",
+    "RTX-3090": "RTX3090",
+    "Titan-RTX": "TitanRTX",
+    "RTX-2080": "RTX2080-Ti",
+}
+"""Sailor's GPU names -> hetplan's catalog (Sailor's ``RTX-2080`` has 11 GB: a 2080 Ti)."""
+PARTS = ("embed", "block", "head")
+
+Measured = dict[tuple[str, str, int], dict[str, tuple[float, float]]]
+"""(catalog type, model, micro-batch) -> part -> (forward, backward) seconds."""
+
+
+def read_data(path: Path, dtype: str) -> Measured:
+    out: Measured = defaultdict(dict)
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            if r["dtype"] == dtype:
+                key = (GPUS[r["gpu"]], r["model"], int(r["micro_batch"]))
+                out[key][r["part"]] = (float(r["fwd_us"]) * 1e-6, float(r["bwd_us"]) * 1e-6)
+    return dict(out)
+
+
+def import_rows(graph: ModelGraph, model: str, dtype: str, data: Measured) -> list[list[str]]:
+    """The model's rows in ``hetplan import-profile``'s format (every block the block's time)."""
+    rows = []
+    for (kind, name, mbs), parts in sorted(data.items()):
+        if name != model:
+            continue
+        for layer in graph.layers:
+            fwd, bwd = parts["block" if layer.name.startswith("block") else layer.name]
+            rows.append([layer.name, kind, dtype, str(mbs), f"{fwd:.9f}", f"{bwd:.9f}"])
+    return rows
+
+
+def import_all(data: Measured, dtype: str, work: Path) -> list[Profile]:
+    """Every (model, GPU type) of ``data`` as a hetplan profile."""
+    profiles = []
+    for model, spec in MODELS.items():
+        graph = build_graph(ModelRef(name=spec, dtype=dtype))
+        path = work / f"{model}.csv"
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["layer", "device_type", "dtype", "micro_batch", "fwd_s", "bwd_s"])
+            w.writerows(import_rows(graph, model, dtype, data))
+        profiles += import_file(path, spec)
+    return profiles
+
+
+def store_of(profiles: Iterable[Profile]) -> Path:
+    store = Path(tempfile.mkdtemp(prefix="hetplan-gputypes-"))
+    for p in profiles:
+        save_profile(p, store)
+    return store
+
+
+def spec_model(spec: str) -> str:
+    return next(m for m, s in MODELS.items() if s == spec)
+
+
+Pricer = Callable[[str, str], ComputeModel | None]
+"""(target type, model) -> the compute model to price it with (None: nothing to price from)."""
+
+
+def errors(data: Measured, dtype: str, kinds: list[str], pricer: Pricer) -> dict[str, object]:
+    """Per pass: |error| of every part, and the whole model's signed error per micro-batch."""
+    parts: dict[int, list[float]] = {0: [], 1: []}
+    by_part: dict[str, list[float]] = {p: [] for p in PARTS}
+    whole: dict[int, list[str]] = {0: [], 1: []}
+    sources: set[str] = set()
+    for kind in kinds:
+        for model, spec in MODELS.items():
+            compute = pricer(kind, model)
+            if compute is None:
+                continue
+            graph = build_graph(ModelRef(name=spec, dtype=dtype))
+            dev = Device(id="g.0", type=device_type(kind), node="g", index=0)
+            for (k, m, mbs), meas in sorted(data.items()):
+                if (k, m) != (kind, model):
+                    continue
+                costs = compute.layer_costs(graph, dev, mbs)
+                sources.update(c.source for c in costs)
+                named = dict(zip(_names(graph), costs, strict=True))
+                for i in (0, 1):
+                    for part in PARTS:
+                        pred = (named[part].fwd_s, named[part].bwd_s)[i]
+                        parts[i].append(abs(pred / meas[part][i] - 1))
+                        if i == 0:
+                            by_part[part].append(abs(pred / meas[part][i] - 1))
+                    pred_sum = sum((c.fwd_s, c.bwd_s)[i] for c in costs)
+                    meas_sum = sum(meas[n][i] for n in _names(graph))
+                    whole[i].append(f"{kind} {model} b{mbs} {pred_sum / meas_sum - 1:+.0%}")
+    return {"parts": parts, "whole": whole, "sources": sources, "by_part": by_part}
+
+
+def _names(graph: ModelGraph) -> list[str]:
+    """Layer names with every block called ``block`` (the first block stands for them all)."""
+    return ["block" if x.name.startswith("block") else x.name for x in graph.layers]
+
+
+def stats(values: list[float]) -> str:
+    if not values:
+        return "-"
+    e = np.array(values)
+    return f"{np.median(e):.1%} / {np.percentile(e, 90):.1%} / {e.max():.1%} ({len(e)})"
+
+
+def whole_stats(lines: list[str]) -> str:
+    vals = np.array([abs(float(x.rsplit(" ", 1)[1].rstrip("%"))) / 100 for x in lines])
+    return f"{np.median(vals):.1%} / {vals.max():.1%}" if len(vals) else "-"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtype", default="fp16", choices=("fp16", "fp32"))
+    ap.add_argument("--data", type=Path, default=DATA)
+    ap.add_argument("--pairs", action="store_true", help="also each reference type alone")
+    args = ap.parse_args()
+    data = read_data(args.data, args.dtype)
+    work = Path(tempfile.mkdtemp(prefix="hetplan-gputypes-in-"))
+    profiles = import_all(data, args.dtype, work)
+    kinds = sorted({p.device_type for p in profiles})
+    stores: list[Path] = [work]
+
+    def from_store(keep: Callable[[Profile], bool]) -> ComputeModel | None:
+        kept = [p for p in profiles if keep(p)]
+        if not kept:
+            return None
+        store = store_of(kept)
+        stores.append(store)
+        return compute_model(args.dtype, directory=store)
+
+    methods: dict[str, Pricer] = {
+        "own profile elsewhere": lambda t, m: from_store(lambda p: p.device_type != t),
+        "never profiled": lambda t, m: from_store(
+            lambda p: p.device_type != t and spec_model(p.model) != m
+        ),
+        "catalog": lambda t, m: AnalyticalCompute(args.dtype),
+        "same type, other models": lambda t, m: from_store(
+            lambda p: p.device_type == t and spec_model(p.model) != m
+        ),
+    }
+    print(f"dtype {args.dtype}; types {', '.join(kinds)}; {len(data)} (type, model, batch) groups")
+    print("\n| target | method | forward: median / p90 / max (n) | backward (inputs' gradients) "
+          "| whole forward median / max |\n|---|---|---|---|---|")  # fmt: skip
+    overall: dict[str, dict[int, list[float]]] = {k: {0: [], 1: []} for k in methods}
+    forward: dict[str, dict[str, list[float]]] = {k: {p: [] for p in PARTS} for k in methods}
+    for kind in kinds:
+        for label, pricer in methods.items():
+            res = errors(data, args.dtype, [kind], pricer)
+            parts, whole = res["parts"], res["whole"]
+            assert isinstance(parts, dict) and isinstance(whole, dict)
+            for i in (0, 1):
+                overall[label][i] += parts[i]
+            named = res["by_part"]
+            assert isinstance(named, dict)
+            for part in PARTS:
+                forward[label][part] += named[part]
+            print(f"| {kind} | {label} | {stats(parts[0])} | {stats(parts[1])} | "
+                  f"{whole_stats(whole[0])} |")  # fmt: skip
+            if label == "own profile elsewhere":
+                print(f"|  | sources | {'; '.join(sorted(res['sources']))} | | |")  # type: ignore[arg-type]
+    print("\n| method | forward, every type | backward, every type |\n|---|---|---|")
+    for label, by_pass in overall.items():
+        print(f"| {label} | {stats(by_pass[0])} | {stats(by_pass[1])} |")
+    print("\n| method | " + " | ".join(f"{p} forward" for p in PARTS) + " |")
+    print("|---" * (len(PARTS) + 1) + "|")
+    for label, named_parts in forward.items():
+        print(f"| {label} | " + " | ".join(stats(named_parts[p]) for p in PARTS) + " |")
+    if args.pairs:
+        pair_table(data, args.dtype, kinds, profiles, stores)
+    for s in stores:
+        shutil.rmtree(s, ignore_errors=True)
+
+
+def pair_table(
+    data: Measured, dtype: str, kinds: list[str], profiles: list[Profile], stores: list[Path]
+) -> None:
+    """Forward |error| median per (reference, target): the model's own profile on one type."""
+    print("\n| reference \\ target | " + " | ".join(kinds) + " |")
+    print("|---" * (len(kinds) + 1) + "|")
+    for ref in kinds:
+        store = store_of(p for p in profiles if p.device_type == ref)
+        stores.append(store)
+        compute = compute_model(dtype, directory=store)
+        cells = []
+        for kind in kinds:
+            if kind == ref:
+                cells.append("-")
+                continue
+            res = errors(data, dtype, [kind], lambda t, m, c=compute: c)
+            parts = res["parts"]
+            assert isinstance(parts, dict)
+            cells.append(f"{np.median(parts[0]):.0%}")
+        print(f"| {ref} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()
