@@ -24,17 +24,27 @@ gradients of an op's *inputs* only (``torch.autograd.grad(..., inputs=activation
 backward leaves out the weight gradients; it is the same work on every type, so the transfer
 is still a fair test, but not a training step's backward.
 
-fp16 by default. Aceso's fp32 runs on A100 and GH200 used TF32 matrix multiplies (85-199
-TFLOP/s on OPT-30's block, above either part's FP32 peak), Megatron's default and not torch's:
-``--dtype fp32`` prices them against the FP32 peak all the same, and says so.
+fp16 by default. Aceso's fp32 runs on the A100, GH200 and RTX 3090 used TF32 matrix multiplies
+(85-199 TFLOP/s on OPT-30's block on the first two, above their FP32 peaks), Megatron's default
+and not torch's: ``--dtype fp32`` reads only the three types without TF32 (V100, TITAN RTX,
+RTX 2080 Ti), or every type with ``--tf32-rows``.
 
-    .venv/bin/python benchmarks/bench_gpu_types.py [--dtype fp16|fp32] [--data CSV]
+With ``--h100 GPU_TRUTH`` (``shared/gpu-truth``), last, the H100 from a store holding no
+Hopper data at all (GH200 left out): the six models profiled there, layer by layer against their
+profiles (windows timed with ``hetplan profile``'s hooks in them, which a prediction of a step
+leaves out), and the three ``train`` steps through ``predict``. The store holds the fp16
+profiles of the other five types (teaching bf16 where a type's peaks of both are equal) and the
+fp32 profiles of the types without TF32 (V100, TITAN RTX, RTX 2080 Ti), for fp32.
+
+    .venv/bin/python benchmarks/bench_gpu_types.py [--dtype fp16|fp32] [--data CSV] [--pairs]
+        [--h100 GPU_TRUTH]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import shutil
 import tempfile
 from collections import defaultdict
@@ -42,17 +52,20 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
+from bench_transfer import layer_errors, one_h100
 
 from hetplan.cluster import Device, device_type
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.cost.types import ComputeModel
 from hetplan.graph import build_graph
 from hetplan.graph.types import ModelGraph
-from hetplan.planspec import ModelRef
+from hetplan.planspec import ModelRef, Plan
+from hetplan.predict import predict
 from hetplan.profile.importer import import_file
 from hetplan.profile.select import compute_model
-from hetplan.profile.store import save_profile
+from hetplan.profile.store import load_profile, save_profile
 from hetplan.profile.types import Profile
+from hetplan.serde import from_data
 
 DATA = Path(__file__).resolve().parent / "data" / "sailor_aceso_layers.csv"
 MODELS = {
@@ -72,16 +85,22 @@ GPUS = {
 }
 """Sailor's GPU names -> hetplan's catalog (Sailor's ``RTX-2080`` has 11 GB: a 2080 Ti)."""
 PARTS = ("embed", "block", "head")
+HOPPER = "GH200"
+"""Left out of the H100's store: its GPU is an H100."""
+TRUE_FP32 = frozenset({"V100-16GB", "TitanRTX", "RTX2080-Ti"})
+"""Types whose fp32 rows are FP32 (Megatron turns TF32 on from Ampere: A100, GH200, RTX 3090)."""
 
 Measured = dict[tuple[str, str, int], dict[str, tuple[float, float]]]
 """(catalog type, model, micro-batch) -> part -> (forward, backward) seconds."""
 
 
-def read_data(path: Path, dtype: str) -> Measured:
+def read_data(path: Path, dtype: str, tf32_rows: bool = False) -> Measured:
+    """The file's rows of ``dtype``; fp32 only of :data:`TRUE_FP32` unless ``tf32_rows``."""
     out: Measured = defaultdict(dict)
     with path.open() as f:
         for r in csv.DictReader(f):
-            if r["dtype"] == dtype:
+            fp32_ok = tf32_rows or GPUS[r["gpu"]] in TRUE_FP32
+            if r["dtype"] == dtype and (dtype != "fp32" or fp32_ok):
                 key = (GPUS[r["gpu"]], r["model"], int(r["micro_batch"]))
                 out[key][r["part"]] = (float(r["fwd_us"]) * 1e-6, float(r["bwd_us"]) * 1e-6)
     return dict(out)
@@ -181,8 +200,10 @@ def main() -> None:
     ap.add_argument("--dtype", default="fp16", choices=("fp16", "fp32"))
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--pairs", action="store_true", help="also each reference type alone")
+    ap.add_argument("--tf32-rows", action="store_true", help="fp32: also the TF32 types")
+    ap.add_argument("--h100", type=Path, help="shared/gpu-truth: the H100 from no Hopper data")
     args = ap.parse_args()
-    data = read_data(args.data, args.dtype)
+    data = read_data(args.data, args.dtype, args.tf32_rows)
     work = Path(tempfile.mkdtemp(prefix="hetplan-gputypes-in-"))
     profiles = import_all(data, args.dtype, work)
     kinds = sorted({p.device_type for p in profiles})
@@ -235,6 +256,8 @@ def main() -> None:
         print(f"| {label} | " + " | ".join(stats(named_parts[p]) for p in PARTS) + " |")
     if args.pairs:
         pair_table(data, args.dtype, kinds, profiles, stores)
+    if args.h100:
+        h100_check(args.h100, args.data, work, stores)
     for s in stores:
         shutil.rmtree(s, ignore_errors=True)
 
@@ -259,6 +282,51 @@ def pair_table(
             assert isinstance(parts, dict)
             cells.append(f"{np.median(parts[0]):.0%}")
         print(f"| {ref} | " + " | ".join(cells) + " |")
+
+
+def h100_check(truth: Path, path: Path, work: Path, stores: list[Path]) -> None:
+    """The H100's profiles and ``train`` steps from a store with no Hopper data (module doc)."""
+    teach = [
+        p
+        for dtype in ("fp16", "fp32")
+        for p in import_all(read_data(path, dtype), dtype, work)
+        if p.device_type != HOPPER
+    ]
+    store = store_of(teach)
+    stores.append(store)
+    print(f"\nH100 from {len(teach)} profiles of other types (no Hopper)\n")
+    print(
+        "| H100 profile | sources | layers: median / p90 / max | whole model "
+        "| catalog alone: layers | whole model |\n|---|---|---|---|---|---|"
+    )
+    every: list[float] = []
+    catalog: list[float] = []
+    for prof_path in sorted((truth / "h100" / "profiles").glob("*.json")):
+        prof = load_profile(prof_path)
+        compute = compute_model(prof.dtype, directory=store)
+        graph = build_graph(ModelRef(name=prof.model, dataset=prof.dataset, dtype=prof.dtype))
+        dev = Device(id="g.0", type=device_type(prof.device_type), node="g", index=0)
+        sources = sorted({c.source for c in compute.layer_costs(graph, dev, prof.batch_sizes[0])})
+        errs, whole = layer_errors(prof, compute)
+        every += errs
+        plain, plain_whole = layer_errors(prof, AnalyticalCompute(prof.dtype))
+        catalog += plain
+        print(f"| {prof.model} {prof.dtype} | {'; '.join(sources)} | {stats(errs)} | "
+              f"{', '.join(whole)} | {stats(plain)} | {', '.join(plain_whole)} |")  # fmt: skip
+    print(f"\nall layers: {stats(every)}; catalog alone {stats(catalog)}")
+    print("\n| train run | measured | predicted | catalog alone |\n|---|---|---|---|")
+    for run in sorted((truth / "h100" / "train").glob("*.json")):
+        got = json.loads(run.read_text())
+        plan = from_data(Plan, got["plan"], str(run))
+        graph = build_graph(plan.model)
+        cells = [f"| {run.stem} | {got['measured_iteration_s'] * 1e3:.1f} ms"]
+        for compute in (
+            compute_model(graph.dtype, directory=store),
+            AnalyticalCompute(graph.dtype),
+        ):
+            pred = predict(plan, graph, one_h100(), compute).iteration_time_s
+            cells.append(f"{pred * 1e3:.1f} ms ({pred / got['measured_iteration_s'] - 1:+.1%})")
+        print(" | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -79,6 +79,9 @@ host-bound, flat times of bf16 transformer blocks learned as device time), so a 
 sequence was priced *faster* than a shorter one. Leave-one-out benchmark, layer median
 |error| without :attr:`ClassFit.spans`: 13.2% unbounded, 13.6% at -0.9, 14.0% at -0.75, 15.6%
 at -0.5; 13.5% at -0.9 with them (2026-11-30)."""
+FAR_LOG_ERROR = 1e3
+"""Log-error given a trial of the fit whose times overflow (factors past e^700): far enough
+that the solver rejects the step, finite so that it can."""
 MIN_MODELS = 2
 """Models a fit needs: one model's layers cannot separate its classes from its quirks."""
 
@@ -239,7 +242,9 @@ def fit_classes(samples: Sequence[LayerSample], device_type: str, dtype: str) ->
     start = np.concatenate([np.zeros(2 * _N), *host, np.zeros(2 * _N)])
 
     def residuals(theta: FloatArray) -> FloatArray:
-        err = np.log(_predict(theta, feats, kernels, p, hooked)) - log_measured
+        with np.errstate(over="ignore", invalid="ignore"):  # a trial step far out: rejected
+            err = np.log(_predict(theta, feats, kernels, p, hooked)) - log_measured
+        err = np.where(np.isfinite(err), err, FAR_LOG_ERROR)
         priors = [SCALE_PRIOR * theta[: 2 * _N], SLOPE_PRIOR * theta[2 * _N + 4 :]]
         return np.concatenate([err, *priors])
 

@@ -9,7 +9,8 @@ time against the layer's calibrated class times (graph rebuilt from the profile'
 profiles changed is refitted, and a store that cannot be written is refitted per command.
 GPU types only: CPU profiles are taken at varying thread counts, which the fit does not model.
 fp16 without profiles of its own learns from bf16's where the type's two peaks are equal (as
-the analytical model borrows bf16 curves: ``cost.compute.SAME_RATE_DTYPE``).
+the analytical model borrows bf16 curves: ``cost.compute.SAME_RATE_DTYPE``), and bf16 from
+fp16's (:data:`SAME_RATE_LEARNING`: public profiles are mostly fp16, ``benchmarks/data``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,10 @@ from hetplan.profile.provenance import PROFILED, source_of
 from hetplan.profile.store import _safe, profile_dir
 from hetplan.profile.types import Profile
 from hetplan.serde import from_data, to_data, write_json_atomic
+
+SAME_RATE_LEARNING = {**SAME_RATE_DTYPE, **{b: a for a, b in SAME_RATE_DTYPE.items()}}
+"""Dtype -> the dtype whose profiles teach it where a type has too few of its own and the
+catalog gives both one peak (both ways: the tensor cores run fp16 and bf16 at one rate)."""
 
 LEARNED_DIR = "learned"
 """Folder of the store that caches fits."""
@@ -109,7 +114,7 @@ class StoreFits:
         self._fits: dict[str, ClassFit | None] = {}
 
     def types(self) -> tuple[str, ...]:
-        dtypes = {self.analytical.dtype, SAME_RATE_DTYPE.get(self.analytical.dtype)}
+        dtypes = {self.analytical.dtype, SAME_RATE_LEARNING.get(self.analytical.dtype)}
         return tuple(sorted({p.device_type for p in self.profiles if p.dtype in dtypes}))
 
     def fit(self, device_type: str) -> ClassFit | None:
@@ -126,7 +131,7 @@ class StoreFits:
             return None  # profiles differ by thread count there: not learned (yet)
         dtype = self.analytical.dtype
         teaching = teaching_profiles(self.profiles, type_name, dtype)
-        other = SAME_RATE_DTYPE.get(dtype)
+        other = SAME_RATE_LEARNING.get(dtype)
         if len(teaching) < MIN_MODELS and other and kind.flops(dtype) == kind.flops(other):
             dtype, teaching = other, teaching_profiles(self.profiles, type_name, other)
         if len(teaching) < MIN_MODELS:
