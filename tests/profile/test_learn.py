@@ -226,3 +226,23 @@ def test_an_unmeasured_gpu_is_scaled_from_the_nearest_fitted_type(
     p40 = Device(id="p.0", type=device_type("P40"), node="p", index=0)
     costs = compute_model("fp32", directory=store).layer_costs(graph, p40, 16)
     assert {c.source for c in costs} == {"learned on T4, scaled to P40 by specs"}
+
+
+def test_bf16_learns_from_fp16_profiles_where_the_peaks_are_equal(
+    tmp_path: Path, make_profile: ProfileFactory
+) -> None:
+    """Public profiles are mostly fp16: they teach bf16 where the catalog gives one peak to
+    both (the H100), not on a V100, whose bf16 falls back to its FP32 rate."""
+    for name, dataset in TEACHERS:
+        teacher = lawful_profile(make_profile, name, dataset, "fp16")
+        save_profile(teacher, tmp_path)
+        save_profile(_as_type(teacher, "V100-16GB"), tmp_path)
+    graph = build_graph(ModelRef(name="bert-tiny", dtype="bf16"))
+    model = compute_model("bf16", directory=tmp_path)
+    on_h100 = model.layer_costs(graph, gpu(), 16)
+    assert {c.source for c in on_h100} == {
+        f"learned on {GPU} from 2 models (fp16 profiles: same peak)"
+    }
+    v100 = Device(id="v.0", type=device_type("V100-16GB"), node="v", index=0)
+    on_v100 = model.layer_costs(graph, v100, 16)
+    assert {c.source for c in on_v100} == {f"learned on {GPU}, scaled to V100-16GB by specs"}
