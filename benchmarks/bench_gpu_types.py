@@ -29,6 +29,14 @@ fp16 by default. Aceso's fp32 runs on the A100, GH200 and RTX 3090 used TF32 mat
 and not torch's: ``--dtype fp32`` reads only the three types without TF32 (V100, TITAN RTX,
 RTX 2080 Ti), or every type with ``--tf32-rows``.
 
+With ``--tp``, tensor parallelism: one rank's block forward at TP 2, 4 and 8 against Aceso's
+measure (Megatron's split, the TP all-reduces inside the ops it times), priced from the type's
+own TP-1 profiles (``tp_rank_costs``) plus the all-reduces (``tp_comm_time``) over a node of
+the type, its link from the catalog (``cluster.generate``) and, apart, the bandwidth Sailor
+measured between that node's GPUs (``benchmarks/data/sailor_intra_node.csv``: one pair's share
+when half the node's GPUs send to the other half at once). Forward only: the backward lacks the
+weight gradients (above).
+
 With ``--h100 GPU_TRUTH`` (``shared/gpu-truth``), last, the H100 from a store holding no
 Hopper data at all (GH200 left out): the six models profiled there, layer by layer against their
 profiles (windows timed with ``hetplan profile``'s hooks in them, which a prediction of a step
@@ -37,14 +45,16 @@ profiles of the other five types (teaching bf16 where a type's peaks of both are
 fp32 profiles of the types without TF32 (V100, TITAN RTX, RTX 2080 Ti), for fp32.
 
     .venv/bin/python benchmarks/bench_gpu_types.py [--dtype fp16|fp32] [--data CSV] [--pairs]
-        [--h100 GPU_TRUTH]
+        [--tp] [--h100 GPU_TRUTH]
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
+import math
 import shutil
 import tempfile
 from collections import defaultdict
@@ -55,7 +65,13 @@ import numpy as np
 from bench_transfer import layer_errors, one_h100
 
 from hetplan.cluster import Device, device_type
+from hetplan.cluster.config import ClusterConfig
+from hetplan.cluster.generate import generate_config
+from hetplan.cluster.resolve import resolve_config
+from hetplan.cluster.spec import Cluster
 from hetplan.cost.compute import AnalyticalCompute
+from hetplan.cost.tp import tp_comm_time
+from hetplan.cost.tp_compute import tp_rank_costs
 from hetplan.cost.types import ComputeModel
 from hetplan.graph import build_graph
 from hetplan.graph.types import ModelGraph
@@ -68,6 +84,7 @@ from hetplan.profile.types import Profile
 from hetplan.serde import from_data
 
 DATA = Path(__file__).resolve().parent / "data" / "sailor_aceso_layers.csv"
+LINKS = DATA.parent / "sailor_intra_node.csv"
 MODELS = {
     "OPT-350": "gpt:layers=24,hidden=1024,heads=16,seq=2048,vocab=50272",
     "GPT-Neo-2.7": "gpt:layers=32,hidden=2560,heads=32,seq=2048,vocab=128256",
@@ -92,16 +109,27 @@ TRUE_FP32 = frozenset({"V100-16GB", "TitanRTX", "RTX2080-Ti"})
 
 Measured = dict[tuple[str, str, int], dict[str, tuple[float, float]]]
 """(catalog type, model, micro-batch) -> part -> (forward, backward) seconds."""
+MeasuredTp = dict[tuple[str, str, int, int], dict[str, tuple[float, float]]]
+"""(catalog type, model, micro-batch, TP degree) -> part -> one rank's seconds."""
+TP_NODE = 8
+"""Devices of a node in the TP check (Sailor's nodes: eight GPUs, four on the GH200's)."""
 
 
-def read_data(path: Path, dtype: str, tf32_rows: bool = False) -> Measured:
-    """The file's rows of ``dtype``; fp32 only of :data:`TRUE_FP32` unless ``tf32_rows``."""
-    out: Measured = defaultdict(dict)
+def read_data(path: Path, dtype: str, tf32_rows: bool = False, tp: int = 1) -> Measured:
+    """The file's rows of ``dtype`` at TP degree ``tp``; fp32 only of :data:`TRUE_FP32`
+    unless ``tf32_rows``."""
+    return {(k, m, b): parts for (k, m, b, t), parts in read_tp(path, dtype, tf32_rows).items()
+            if t == tp}  # fmt: skip
+
+
+def read_tp(path: Path, dtype: str, tf32_rows: bool = False) -> MeasuredTp:
+    """The file's rows of ``dtype`` at every TP degree (one rank's times)."""
+    out: MeasuredTp = defaultdict(dict)
     with path.open() as f:
         for r in csv.DictReader(f):
             fp32_ok = tf32_rows or GPUS[r["gpu"]] in TRUE_FP32
             if r["dtype"] == dtype and (dtype != "fp32" or fp32_ok):
-                key = (GPUS[r["gpu"]], r["model"], int(r["micro_batch"]))
+                key = (GPUS[r["gpu"]], r["model"], int(r["micro_batch"]), int(r["tp"]))
                 out[key][r["part"]] = (float(r["fwd_us"]) * 1e-6, float(r["bwd_us"]) * 1e-6)
     return dict(out)
 
@@ -201,6 +229,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--pairs", action="store_true", help="also each reference type alone")
     ap.add_argument("--tf32-rows", action="store_true", help="fp32: also the TF32 types")
+    ap.add_argument("--tp", action="store_true", help="also TP ranks against their measure")
     ap.add_argument("--h100", type=Path, help="shared/gpu-truth: the H100 from no Hopper data")
     args = ap.parse_args()
     data = read_data(args.data, args.dtype, args.tf32_rows)
@@ -256,6 +285,8 @@ def main() -> None:
         print(f"| {label} | " + " | ".join(stats(named_parts[p]) for p in PARTS) + " |")
     if args.pairs:
         pair_table(data, args.dtype, kinds, profiles, stores)
+    if args.tp:
+        tp_check(read_tp(args.data, args.dtype, args.tf32_rows), args.dtype, profiles, stores)
     if args.h100:
         h100_check(args.h100, args.data, work, stores)
     for s in stores:
@@ -282,6 +313,76 @@ def pair_table(
             assert isinstance(parts, dict)
             cells.append(f"{np.median(parts[0]):.0%}")
         print(f"| {ref} | " + " | ".join(cells) + " |")
+
+
+def read_links(path: Path) -> dict[tuple[str, int], float]:
+    """(catalog type, GPUs) -> GB/s of one of the concurrent pairs Sailor measured there."""
+    with path.open() as f:
+        return {
+            (GPUS[r["gpu"]], int(r["gpus"])): float(r["per_pair_GBps"])
+            for r in csv.DictReader(f)
+            if r["gpu"] in GPUS
+        }
+
+
+def measured_link(config: ClusterConfig, gbps: float) -> Cluster:
+    """``config``'s one node with its link's bandwidth replaced by ``gbps`` (latency kept)."""
+    node = config.nodes[0]
+    assert node.link is not None
+    link = dataclasses.replace(node.link, bandwidth_GBps=gbps)
+    nodes = [dataclasses.replace(node, link=link)]
+    return resolve_config(dataclasses.replace(config, nodes=nodes), "measured link")
+
+
+def tp_check(data: MeasuredTp, dtype: str, profiles: list[Profile], stores: list[Path]) -> None:
+    """One TP rank's block, forward, against Aceso's measure at TP 2-8 on a node of the type:
+    ``tp_rank_costs`` of the type's own TP-1 profiles plus ``tp_comm_time`` over the node's
+    link from the catalog (``cluster.generate``). And the speedup of a rank over TP 1."""
+    print("\n| type (catalog link; measured a pair) | tp | block forward \\|error\\|, catalog "
+          "link: median / max (n) | measured link | speedup over tp 1: measured | priced "
+          "(measured link) |\n|---|---|---|---|---|---|")  # fmt: skip
+    every: list[float] = []
+    every_m: list[float] = []
+    links = read_links(LINKS)
+    for kind in sorted({k for k, _, _, t in data if t > 1}):
+        store = store_of(p for p in profiles if p.device_type == kind)
+        stores.append(store)
+        compute = compute_model(dtype, directory=store)
+        config = generate_config([(kind, 1)], per_node=TP_NODE)
+        cluster = resolve_config(config, f"one {kind} node")
+        rows: dict[int, list[tuple[float, float, float, float]]] = defaultdict(list)
+        for (k, model, mbs, tp), meas in sorted(data.items()):
+            one = data.get((k, model, mbs, 1))
+            if k != kind or tp == 1 or one is None:
+                continue
+            graph = build_graph(ModelRef(name=MODELS[model], dtype=dtype))
+            i = _names(graph).index("block")
+            dev = cluster.devices[0]
+            group = [d.id for d in cluster.devices[:tp]]
+            rank = tp_rank_costs(compute, graph, dev, mbs, tp)[i].fwd_s
+            pred = rank + tp_comm_time(graph.layers[i], mbs, dtype, group, cluster)[0]
+            on_measured = links.get((kind, tp))
+            pred_m = math.nan
+            if on_measured is not None:
+                node = measured_link(config, on_measured)
+                pred_m = rank + tp_comm_time(graph.layers[i], mbs, dtype, group, node)[0]
+            pred_one = compute.layer_costs(graph, dev, mbs)[i].fwd_s
+            got = meas["block"][0]
+            errs = (abs(pred / got - 1), abs(pred_m / got - 1))
+            rows[tp].append((*errs, one["block"][0] / got, pred_one / pred_m))
+        link = config.nodes[0].link
+        for tp, found in sorted(rows.items()):
+            errs, on_links = [r[0] for r in found], [r[1] for r in found]
+            every += errs
+            every_m += on_links
+            bw = links.get((kind, tp), math.nan)
+            print(f"| {kind} ({link.type if link else '-'}; measured {bw:.1f} GB/s) | {tp} | "
+                  f"{np.median(errs):.1%} / {max(errs):.1%} ({len(errs)}) | "
+                  f"{np.median(on_links):.1%} / {max(on_links):.1%} | "
+                  f"{np.median([r[2] for r in found]):.2f}x | "
+                  f"{np.median([r[3] for r in found]):.2f}x |")  # fmt: skip
+    print(f"\nTP ranks' block forward, every type: catalog links {stats(every)}; "
+          f"measured links {stats([e for e in every_m if not math.isnan(e)])}")  # fmt: skip
 
 
 def h100_check(truth: Path, path: Path, work: Path, stores: list[Path]) -> None:
