@@ -82,7 +82,13 @@ def test_a_prediction_counts_as_its_least_trusted_source() -> None:
     assert source_class("measured on T4") == "profiled"
     assert source_class("measured on T4, learned on H100-SXM from 5 models") == "learned"
     assert source_class("calibrated on cpu, analytical") == "catalog"
-    assert source_class("learned on A100, scaled to T4 by specs") == "learned"
+    assert source_class("learned on A100, scaled to T4 by specs") == "transferred"
+    assert source_class("scaled from V100-16GB (written back)") == "transferred"
+    assert source_class("learned on H100-SXM from 2 models, scaled from A100-40GB") == "transferred"
+    assert source_class("measured on cpu (1 thread, scaled to 6 threads)") == "profiled"
+    assert source_class("calibrated on cpu, learned on A100, scaled to T4 by specs") == (
+        "transferred"
+    )
     assert device_kind(["cpu", "cpu-slow"]) == "cpu"
     assert device_kind(["T4", "V100-32GB"]) == "gpu"
     assert device_kind(["cpu", "T4"]) == "mixed"

@@ -35,7 +35,7 @@ COVERAGE = 0.8  # the intended probability that a measurement falls inside its i
 MIN_RECORDS = math.ceil((1 + COVERAGE) / (1 - COVERAGE)) - 1
 """Records below which the conformal interval is unbounded at :data:`COVERAGE` (the order
 statistic ``ceil((n + 1)(1 + c) / 2)`` exceeds ``n``): 9 at 80%."""
-SOURCE_CLASSES = ("profiled", "learned", "calibrated", "catalog")
+SOURCE_CLASSES = ("profiled", "learned", "calibrated", "transferred", "catalog")
 """What priced a prediction, most trusted first (a prediction priced by several counts as its
 least trusted)."""
 DEFAULT_BANDS: dict[tuple[str, str], tuple[float, float]] = {
@@ -48,11 +48,19 @@ DEFAULT_BANDS: dict[tuple[str, str], tuple[float, float]] = {
     ("learned", "gpu"): (0.85, 1.2),
     ("calibrated", "gpu"): (0.6, 1.05),
     ("catalog", "gpu"): (0.75, 3.0),
+    # Transferred from another GPU type (`scaled from <type>`, `learned on <ref>, scaled to
+    # <type> by specs`): docs/benchmarks.md, "Pricing a GPU type nobody measured", each of six
+    # types priced from stores without it, the whole forward of three models at four sizes:
+    # measured / predicted p10-p90 0.83-1.35 (own profile elsewhere) and 0.79-1.53 (never
+    # profiled) in fp16, 0.74-1.32 and 0.72-1.52 in fp32; the H100's three `train` steps from
+    # no Hopper data 1.13 / 1.39 / 1.33. Rounded outwards.
+    ("transferred", "gpu"): (0.7, 1.55),
     # CPU: the quick suite re-predicted on the same runs, median |error| 27.8%, p90 86.4%
     # ("CPU pipelines: transfers on the ranks' cores"); the shared machine's drift dominates.
     ("profiled", "cpu"): (0.7, 1.9),
     ("learned", "cpu"): (0.7, 1.9),
     ("calibrated", "cpu"): (0.7, 1.9),
+    ("transferred", "cpu"): (0.7, 1.9),  # never measured: the other CPU sources' band
     ("catalog", "cpu"): (0.6, 2.5),
 }
 """Bands of the ``mixed`` kind: the wider of the cpu and gpu bands of the source."""
@@ -105,15 +113,29 @@ class Interval:
         return f"{fmt_seconds(self.low_s)}-{fmt_seconds(self.high_s)}"
 
 
-_LABEL_START = re.compile(r"(?:^|, )(measured|learned|calibrated|analytical)\b")
-_CLASS_OF = {"measured": "profiled", "learned": "learned", "calibrated": "calibrated"}
+_LABEL_START = re.compile(r"(?:^|, )(measured|learned|calibrated|analytical|scaled from)\b")
+_CLASS_OF = {
+    "measured": "profiled",
+    "learned": "learned",
+    "calibrated": "calibrated",
+    "scaled from": "transferred",
+}
+_BY_SPECS = "by specs"
+"""How a learned label ends where another type's fit priced it (``cost.learned_compute``)."""
 
 
 def source_class(cost_source: str) -> str:
     """The least trusted class among a prediction's cost sources: labels joined by ", " that
     start ``measured on``, ``learned on`` (which may hold a comma of its own: ``learned on
-    A100, scaled to T4 by specs``), ``calibrated on`` or ``analytical``."""
-    found = {_CLASS_OF.get(m, "catalog") for m in _LABEL_START.findall(cost_source)}
+    A100, scaled to T4 by specs``, transferred), ``scaled from`` (a profile of another type,
+    transferred), ``calibrated on`` or ``analytical``."""
+    starts = list(_LABEL_START.finditer(cost_source))
+    found = set()
+    for i, m in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(cost_source)
+        label = cost_source[m.start() : end]
+        kind = _CLASS_OF.get(m.group(1), "catalog")
+        found.add("transferred" if kind == "learned" and _BY_SPECS in label else kind)
     return max(found, key=SOURCE_CLASSES.index) if found else "catalog"
 
 
