@@ -59,6 +59,7 @@ import shutil
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +73,7 @@ from hetplan.cluster.spec import Cluster
 from hetplan.cost.compute import AnalyticalCompute
 from hetplan.cost.tp import tp_comm_time
 from hetplan.cost.tp_compute import tp_rank_costs
-from hetplan.cost.types import ComputeModel
+from hetplan.cost.types import ComputeModel, LayerCost
 from hetplan.graph import build_graph
 from hetplan.graph.types import ModelGraph
 from hetplan.planspec import ModelRef, Plan
@@ -175,12 +176,20 @@ Pricer = Callable[[str, str], ComputeModel | None]
 """(target type, model) -> the compute model to price it with (None: nothing to price from)."""
 
 
-def errors(data: Measured, dtype: str, kinds: list[str], pricer: Pricer) -> dict[str, object]:
-    """Per pass: |error| of every part, and the whole model's signed error per micro-batch."""
-    parts: dict[int, list[float]] = {0: [], 1: []}
-    by_part: dict[str, list[float]] = {p: [] for p in PARTS}
-    whole: dict[int, list[str]] = {0: [], 1: []}
-    sources: set[str] = set()
+@dataclass
+class Errors:
+    """What :func:`errors` found: per pass (0 forward, 1 backward) the |error| of every part,
+    the forward's per part, the whole model's signed errors, and the sources that priced."""
+
+    parts: dict[int, list[float]] = field(default_factory=lambda: {0: [], 1: []})
+    forward: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PARTS})
+    whole: dict[int, list[float]] = field(default_factory=lambda: {0: [], 1: []})
+    sources: set[str] = field(default_factory=set)
+
+
+def errors(data: Measured, dtype: str, kinds: list[str], pricer: Pricer) -> Errors:
+    """Every measured (type, model, micro-batch) of ``kinds`` against ``pricer``'s prices."""
+    out = Errors()
     for kind in kinds:
         for model, spec in MODELS.items():
             compute = pricer(kind, model)
@@ -189,21 +198,25 @@ def errors(data: Measured, dtype: str, kinds: list[str], pricer: Pricer) -> dict
             graph = build_graph(ModelRef(name=spec, dtype=dtype))
             dev = Device(id="g.0", type=device_type(kind), node="g", index=0)
             for (k, m, mbs), meas in sorted(data.items()):
-                if (k, m) != (kind, model):
-                    continue
-                costs = compute.layer_costs(graph, dev, mbs)
-                sources.update(c.source for c in costs)
-                named = dict(zip(_names(graph), costs, strict=True))
-                for i in (0, 1):
-                    for part in PARTS:
-                        pred = (named[part].fwd_s, named[part].bwd_s)[i]
-                        parts[i].append(abs(pred / meas[part][i] - 1))
-                        if i == 0:
-                            by_part[part].append(abs(pred / meas[part][i] - 1))
-                    pred_sum = sum((c.fwd_s, c.bwd_s)[i] for c in costs)
-                    meas_sum = sum(meas[n][i] for n in _names(graph))
-                    whole[i].append(f"{kind} {model} b{mbs} {pred_sum / meas_sum - 1:+.0%}")
-    return {"parts": parts, "whole": whole, "sources": sources, "by_part": by_part}
+                if (k, m) == (kind, model):
+                    _compare(out, meas, graph, compute.layer_costs(graph, dev, mbs))
+    return out
+
+
+def _compare(
+    out: Errors, meas: dict[str, tuple[float, float]], graph: ModelGraph, costs: list[LayerCost]
+) -> None:
+    out.sources.update(c.source for c in costs)
+    named = dict(zip(_names(graph), costs, strict=True))
+    for i in (0, 1):
+        for part in PARTS:
+            err = abs((named[part].fwd_s, named[part].bwd_s)[i] / meas[part][i] - 1)
+            out.parts[i].append(err)
+            if i == 0:
+                out.forward[part].append(err)
+        pred_sum = sum((c.fwd_s, c.bwd_s)[i] for c in costs)
+        meas_sum = sum(meas[n][i] for n in _names(graph))
+        out.whole[i].append(pred_sum / meas_sum - 1)
 
 
 def _names(graph: ModelGraph) -> list[str]:
@@ -218,8 +231,8 @@ def stats(values: list[float]) -> str:
     return f"{np.median(e):.1%} / {np.percentile(e, 90):.1%} / {e.max():.1%} ({len(e)})"
 
 
-def whole_stats(lines: list[str]) -> str:
-    vals = np.array([abs(float(x.rsplit(" ", 1)[1].rstrip("%"))) / 100 for x in lines])
+def whole_stats(signed: list[float]) -> str:
+    vals = np.abs(np.array(signed))
     return f"{np.median(vals):.1%} / {vals.max():.1%}" if len(vals) else "-"
 
 
@@ -264,18 +277,14 @@ def main() -> None:
     for kind in kinds:
         for label, pricer in methods.items():
             res = errors(data, args.dtype, [kind], pricer)
-            parts, whole = res["parts"], res["whole"]
-            assert isinstance(parts, dict) and isinstance(whole, dict)
             for i in (0, 1):
-                overall[label][i] += parts[i]
-            named = res["by_part"]
-            assert isinstance(named, dict)
+                overall[label][i] += res.parts[i]
             for part in PARTS:
-                forward[label][part] += named[part]
-            print(f"| {kind} | {label} | {stats(parts[0])} | {stats(parts[1])} | "
-                  f"{whole_stats(whole[0])} |")  # fmt: skip
+                forward[label][part] += res.forward[part]
+            print(f"| {kind} | {label} | {stats(res.parts[0])} | {stats(res.parts[1])} | "
+                  f"{whole_stats(res.whole[0])} |")  # fmt: skip
             if label == "own profile elsewhere":
-                print(f"|  | sources | {'; '.join(sorted(res['sources']))} | | |")  # type: ignore[arg-type]
+                print(f"|  | sources | {'; '.join(sorted(res.sources))} | | |")
     print("\n| method | forward, every type | backward, every type |\n|---|---|---|")
     for label, by_pass in overall.items():
         print(f"| {label} | {stats(by_pass[0])} | {stats(by_pass[1])} |")
@@ -308,11 +317,14 @@ def pair_table(
             if kind == ref:
                 cells.append("-")
                 continue
-            res = errors(data, dtype, [kind], lambda t, m, c=compute: c)
-            parts = res["parts"]
-            assert isinstance(parts, dict)
-            cells.append(f"{np.median(parts[0]):.0%}")
+            res = errors(data, dtype, [kind], _always(compute))
+            cells.append(f"{np.median(res.parts[0]):.0%}")
         print(f"| {ref} | " + " | ".join(cells) + " |")
+
+
+def _always(compute: ComputeModel) -> Pricer:
+    """A pricer that answers ``compute`` for every type and model."""
+    return lambda kind, model: compute
 
 
 def read_links(path: Path) -> dict[tuple[str, int], float]:
@@ -368,8 +380,8 @@ def tp_check(data: MeasuredTp, dtype: str, profiles: list[Profile], stores: list
                 pred_m = rank + tp_comm_time(graph.layers[i], mbs, dtype, group, node)[0]
             pred_one = compute.layer_costs(graph, dev, mbs)[i].fwd_s
             got = meas["block"][0]
-            errs = (abs(pred / got - 1), abs(pred_m / got - 1))
-            rows[tp].append((*errs, one["block"][0] / got, pred_one / pred_m))
+            pair = (abs(pred / got - 1), abs(pred_m / got - 1))
+            rows[tp].append((*pair, one["block"][0] / got, pred_one / pred_m))
         link = config.nodes[0].link
         for tp, found in sorted(rows.items()):
             errs, on_links = [r[0] for r in found], [r[1] for r in found]
