@@ -64,6 +64,7 @@ from pathlib import Path
 
 import numpy as np
 from bench_transfer import layer_errors, one_h100
+from bench_transfer import stats as transfer_stats
 
 from hetplan.cluster import Device, device_type
 from hetplan.cluster.config import ClusterConfig
@@ -225,10 +226,8 @@ def _names(graph: ModelGraph) -> list[str]:
 
 
 def stats(values: list[float]) -> str:
-    if not values:
-        return "-"
-    e = np.array(values)
-    return f"{np.median(e):.1%} / {np.percentile(e, 90):.1%} / {e.max():.1%} ({len(e)})"
+    """``bench_transfer``'s median / p90 / max, with the count; ``-`` for none."""
+    return f"{transfer_stats(values)} ({len(values)})" if values else "-"
 
 
 def whole_stats(signed: list[float]) -> str:

@@ -13,6 +13,7 @@ from hetplan.cluster import Device, device_type
 from hetplan.cost.compute import BWD_WEIGHT_PASSES, FWD_WEIGHT_PASSES, AnalyticalCompute
 from hetplan.cost.learned import ClassFit
 from hetplan.cost.op_classes import class_times
+from hetplan.cost.types import LayerCost
 from hetplan.graph import build_graph
 from hetplan.graph.types import OP_CLASSES, ModelGraph
 from hetplan.planspec import ModelRef
@@ -144,10 +145,24 @@ def test_an_unmeasured_gpu_is_scaled_from_the_learned_one_by_specs(store: Path) 
     model = compute_model("fp32", directory=store)
     on_a100, on_h100 = model.layer_costs(graph, a100, 16), model.layer_costs(graph, gpu(), 16)
     assert {c.source for c in on_a100} == {f"learned on {GPU}, scaled to A100-40GB by specs"}
+    _assert_catalog_ratio(graph, (a100, on_a100), (gpu(), on_h100), backward=False)
+
+
+def _assert_catalog_ratio(
+    graph: ModelGraph,
+    priced: tuple[Device, list[LayerCost]],
+    ref: tuple[Device, list[LayerCost]],
+    *,
+    backward: bool = True,
+) -> None:
+    """Layer by layer, ``priced`` over ``ref`` is the catalog's ratio of the two devices
+    (forward, and backward unless ``backward`` is False)."""
     ana = AnalyticalCompute("fp32")
-    for a, h, ra, rh in zip(on_a100, on_h100, ana.layer_costs(graph, a100, 16),
-                            ana.layer_costs(graph, gpu(), 16), strict=True):  # fmt: skip
-        assert a.fwd_s / h.fwd_s == pytest.approx(ra.fwd_s / rh.fwd_s, rel=1e-9)
+    mine, theirs = ana.layer_costs(graph, priced[0], 16), ana.layer_costs(graph, ref[0], 16)
+    for p, r, cp, cr in zip(priced[1], ref[1], mine, theirs, strict=True):
+        assert p.fwd_s / r.fwd_s == pytest.approx(cp.fwd_s / cr.fwd_s, rel=1e-9)
+        if backward:
+            assert p.bwd_s / r.bwd_s == pytest.approx(cp.bwd_s / cr.bwd_s, rel=1e-9)
 
 
 def test_cpu_profiles_teach_nothing(tmp_path: Path, make_profile: ProfileFactory) -> None:
@@ -183,17 +198,7 @@ def test_a_measured_model_is_scaled_by_one_basis_where_its_target_has_no_fit(
     a fit of its own: the ratio is the catalog's T4 / H100, layer by layer, not the A100's fit
     scaled to the T4 over the H100's fit (which put the two fits' difference into it)."""
     for name, dataset in TEACHERS:
-        teacher = lawful_profile(make_profile, name, dataset)
-        slow = dataclasses.replace(
-            teacher,
-            batches=tuple(
-                dataclasses.replace(b, layers=tuple(
-                    dataclasses.replace(t, fwd=_times(t.fwd, 3.0), bwd=_times(t.bwd, 3.0))
-                    for t in b.layers
-                ))
-                for b in teacher.batches
-            ),
-        )  # fmt: skip
+        slow = _slower(lawful_profile(make_profile, name, dataset), 3.0)
         save_profile(_as_type(slow, "A100-40GB"), store)
     save_profile(lawful_profile(make_profile, "bert-tiny", None), store)
     graph = build_graph(ModelRef(name="bert-tiny", dtype="fp32"))
@@ -201,17 +206,21 @@ def test_a_measured_model_is_scaled_by_one_basis_where_its_target_has_no_fit(
     model = compute_model("fp32", directory=store)
     on_t4, on_h100 = model.layer_costs(graph, t4, 16), model.layer_costs(graph, gpu(), 16)
     assert {c.source for c in on_t4} == {f"scaled from {GPU}"}
-    ana = AnalyticalCompute("fp32")
-    for t, h, rt, rh in zip(on_t4, on_h100, ana.layer_costs(graph, t4, 16),
-                            ana.layer_costs(graph, gpu(), 16), strict=True):  # fmt: skip
-        assert t.fwd_s / h.fwd_s == pytest.approx(rt.fwd_s / rh.fwd_s, rel=1e-9)
-        assert t.bwd_s / h.bwd_s == pytest.approx(rt.bwd_s / rh.bwd_s, rel=1e-9)
+    _assert_catalog_ratio(graph, (t4, on_t4), (gpu(), on_h100))
 
 
-def _times(stats: Stats, factor: float) -> Stats:
-    return Stats(
-        median_s=stats.median_s * factor, p10_s=stats.p10_s * factor, p90_s=stats.p90_s * factor
-    )
+def _slower(profile: Profile, factor: float) -> Profile:
+    """``profile`` with every layer's times ``factor`` times as long."""
+
+    def times(stats: Stats) -> Stats:
+        return Stats(median_s=stats.median_s * factor, p10_s=stats.p10_s * factor,
+                     p90_s=stats.p90_s * factor)  # fmt: skip
+
+    def batch(b: BatchTiming) -> BatchTiming:
+        layers = tuple(dataclasses.replace(t, fwd=times(t.fwd), bwd=times(t.bwd)) for t in b.layers)
+        return dataclasses.replace(b, layers=layers)
+
+    return dataclasses.replace(profile, batches=tuple(map(batch, profile.batches)))
 
 
 def test_an_unmeasured_gpu_is_scaled_from_the_nearest_fitted_type(
